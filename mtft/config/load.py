@@ -1,0 +1,167 @@
+"""Read a run config: safe YAML, ``key.sub=value`` overrides, validation with one clear error."""
+
+from __future__ import annotations
+
+import typing
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from mtft.config.schema import RunConfig
+from mtft.errors import ConfigError
+
+
+def load_config(path: str | Path, overrides: Iterable[str] = ()) -> RunConfig:
+    """Load ``path``, apply ``overrides`` (``a.b.c=value``, value parsed as YAML) and validate."""
+    path = Path(path)
+    raw = read_yaml_mapping(path)
+    overridden = set()
+    for item in overrides:
+        key, value = parse_override(item)
+        set_dotted(raw, key, value)
+        overridden.add(key)
+    return validate_config(raw, source=str(path), overridden=overridden)
+
+
+def read_yaml_mapping(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" (line {where.line + 1}, column {where.column + 1})" if where else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{path}: malformed YAML{line}: {problem}") from None
+    if data is None:
+        raise ConfigError(f"{path}: the config file is empty")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config must be a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    key, sep, text = item.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"bad override {item!r}: expected key.sub=value, e.g. training.max_steps=100")
+    try:
+        value = yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError:
+        value = text  # an unparsable value is taken as the literal string; validation judges it
+    return key, value
+
+
+def set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
+    """Set ``tree[a][b][c] = value`` for ``key == "a.b.c"``; integer parts index into lists."""
+    parts = key.split(".")
+    node: Any = tree
+    for i, part in enumerate(parts[:-1]):
+        node = _child(node, part, key, create_next=parts[i + 1])
+    last = parts[-1]
+    if isinstance(node, list):
+        node[_list_index(node, last, key)] = value
+    else:
+        node[last] = value
+
+
+def _child(node: Any, part: str, key: str, create_next: str) -> Any:
+    if isinstance(node, list):
+        return node[_list_index(node, part, key)]
+    if not isinstance(node, dict):
+        raise ConfigError(f"override {key!r}: '{part}' is inside a value that is not a section")
+    if node.get(part) is None:
+        node[part] = [] if create_next.isdigit() else {}
+    return node[part]
+
+
+def _list_index(node: list, part: str, key: str) -> int:
+    if not part.isdigit() or int(part) >= len(node):
+        raise ConfigError(f"override {key!r}: '{part}' is not an index of a list of {len(node)} items")
+    return int(part)
+
+
+def validate_config(raw: dict[str, Any], source: str, overridden: set[str] = frozenset()) -> RunConfig:
+    try:
+        return RunConfig.model_validate(raw)
+    except ValidationError as exc:
+        problems = [_describe(err, source, overridden) for err in exc.errors()]
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise ConfigError("; ".join(problems[:3]) + more) from None
+
+
+def _describe(err: dict[str, Any], source: str, overridden: set[str]) -> str:
+    loc = [str(p) for p in err["loc"]]
+    key = ".".join(loc) or "<top level>"
+    from_cli = any(o == key or o.startswith(key + ".") for o in overridden)
+    where = f"{source} [command line]" if from_cli else source
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        parent = loc[:-1]
+        valid = ", ".join(section_keys(parent))
+        scope = f" under '{'.'.join(parent)}'" if parent else ""
+        return f"{where}: unknown key '{key}'; valid keys{scope}: {valid}"
+    if kind == "missing":
+        return f"{where}: required key '{key}' is missing"
+    got = err.get("input")
+    got_text = "" if isinstance(got, (dict, list)) else f" (got {got!r})"
+    message = err["msg"]
+    if kind == "value_error":
+        message = message.removeprefix("Value error, ")
+    if kind in ("literal_error", "enum"):
+        message = "invalid value; valid choices: " + ", ".join(
+            s.strip(" '") for s in str(err.get("ctx", {}).get("expected", "")).replace(" or ", ", ").split(",")
+        )
+    return f"{where}: {key}: {message}{got_text}"
+
+
+def section_keys(path: list[str]) -> list[str]:
+    """The valid keys of the config section at ``path`` (list indexes are skipped)."""
+    model: type[BaseModel] | None = RunConfig
+    for part in path:
+        if model is None or part.isdigit():
+            continue
+        field = model.model_fields.get(part)
+        model = _model_of(field.annotation) if field else None
+    return sorted(model.model_fields) if model else []
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_of(arg)
+        if found:
+            return found
+    return None
+
+
+def iter_options(model: type[BaseModel] = RunConfig, prefix: str = "") -> Iterator[tuple[str, str, Any, str]]:
+    """(key, type, default, help) for every leaf option, for ``--help``."""
+    for name, field in model.model_fields.items():
+        key = f"{prefix}{name}"
+        sub = _model_of(field.annotation)
+        if sub is not None:
+            list_of = typing.get_origin(field.annotation) is list
+            yield from iter_options(sub, key + (".N." if list_of else "."))
+            continue
+        default = "required" if field.is_required() else field.get_default(call_default_factory=True)
+        yield key, _type_name(field.annotation), default, field.description or ""
+
+
+def _type_name(annotation: Any) -> str:
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return "|".join(str(a) for a in typing.get_args(annotation))
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return " | ".join(_type_name(a) for a in args) + " | null"
+    if origin is not None:
+        return str(annotation).replace("typing.", "")
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def config_to_yaml(config: RunConfig) -> str:
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False, allow_unicode=True)

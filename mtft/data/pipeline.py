@@ -1,0 +1,179 @@
+"""From the config's task selection to tokenised training and evaluation data.
+
+All loading and checking happens here, before a run writes anything: unknown tasks or languages, missing
+files, missing columns and out-of-range labels fail with one clear error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import datasets
+
+from mtft.config.schema import RunConfig, TaskSelection
+from mtft.data.sources import describe_source, load_split
+from mtft.errors import ConfigError, DataError
+from mtft.tasks.base import Task
+from mtft.tasks.registry import discover_tasks, get_task
+
+logger = logging.getLogger("mtft")
+
+ENCODING_VERSION = "1"  # bump when the encoding of rows changes, to invalidate cached tokenisations
+
+
+@dataclass(frozen=True)
+class Objective:
+    """One (task, language) pair: the unit of data, evaluation and (by default) loss weighting."""
+
+    task: str
+    language: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.task}/{self.language}"
+
+
+@dataclass
+class TaskData:
+    task: Task
+    protocol: str
+    languages: list[str]  # evaluated
+    label_names: list[str] = field(default_factory=list)
+    raw_train: dict[str, datasets.Dataset] = field(default_factory=dict)
+    raw_eval: dict[str, datasets.Dataset] = field(default_factory=dict)
+    train: dict[str, datasets.Dataset] = field(default_factory=dict)
+    eval: dict[str, datasets.Dataset] = field(default_factory=dict)
+    origin: dict[tuple[str, str], str] = field(default_factory=dict)  # (split, language) -> where it came from
+
+
+@dataclass
+class PreparedData:
+    tasks: dict[str, TaskData]
+    tokenizer: Any
+    train_units: list[Objective]  # (task, language) training datasets, in a fixed order
+    unit_objective: list[int]  # training unit -> loss objective index (after weighting.objectives grouping)
+    objective_names: list[str]
+
+    def train_dataset(self, unit: int) -> datasets.Dataset:
+        obj = self.train_units[unit]
+        return self.tasks[obj.task].train[obj.language]
+
+    def eval_objectives(self) -> list[Objective]:
+        return [Objective(name, lang) for name, td in self.tasks.items() for lang in td.languages]
+
+
+def prepare_data(config: RunConfig, make_tokenizer: Callable[[list[str]], Any]) -> PreparedData:
+    """Load, check and tokenise every task; ``make_tokenizer(texts)`` returns the tokenizer to use."""
+    available = discover_tasks(config.data.task_dirs)
+    tasks: dict[str, TaskData] = {}
+    for selection in config.data.tasks:
+        if selection.name in tasks:
+            raise ConfigError(f"task {selection.name!r} is listed twice in data.tasks")
+        tasks[selection.name] = _load_task(get_task(selection.name, available), selection, config)
+    tokenizer = make_tokenizer(_all_texts(tasks))
+    for td in tasks.values():
+        split = config.evaluation.split
+        td.train = {lang: _encode(td, ds, td.origin["train", lang], tokenizer, config)
+                    for lang, ds in td.raw_train.items()}
+        td.eval = {lang: _encode(td, ds, td.origin[split, lang], tokenizer, config)
+                   for lang, ds in td.raw_eval.items()}
+    units = [Objective(name, lang) for name, td in tasks.items() for lang in td.train]
+    names, unit_objective = _group(units, config.weighting.objectives)
+    return PreparedData(tasks, tokenizer, units, unit_objective, names)
+
+
+def _load_task(task: Task, selection: TaskSelection, config: RunConfig) -> TaskData:
+    languages = selection.languages or list(task.languages)
+    unknown = [lang for lang in languages if lang not in task.languages]
+    if unknown:
+        raise ConfigError(
+            f"task {task.name!r} has no language(s) {', '.join(unknown)}; valid: {', '.join(task.languages)}"
+        )
+    protocol = selection.protocol or task.default_protocol
+    if protocol not in task.protocols:
+        raise ConfigError(f"task {task.name!r} does not support protocol {protocol!r}; valid: {task.protocols}")
+    td = TaskData(task, protocol, languages)
+    split = config.evaluation.split
+    for lang in task.training_languages(languages, protocol):
+        td.raw_train[lang] = _load(td, "train", lang, selection.max_train_examples, config)
+    for lang in languages:
+        td.raw_eval[lang] = _load(td, split, lang, selection.max_eval_examples, config)
+    label_sets = {tuple(task.resolve_label_names(ds)) for ds in [*td.raw_train.values(), *td.raw_eval.values()]}
+    if len(label_sets) > 1:
+        raise DataError(f"task {task.name!r}: splits disagree on label names: {sorted(label_sets)}")
+    td.label_names = list(label_sets.pop())
+    return td
+
+
+def _load(td: TaskData, split: str, lang: str, limit: Optional[int], config: RunConfig):
+    task = td.task
+    ref = task.dataset_ref(split, lang, td.protocol)
+    dataset = load_split(ref, config.data.sources, config.data.cache_dir)
+    where = td.origin[split, lang] = describe_source(ref, config.data.sources)
+    missing = [c for c in task.required_columns() if c not in dataset.column_names]
+    if missing:
+        raise DataError(
+            f"{where}: missing column(s) {', '.join(missing)} needed by task {task.name!r}; "
+            f"it has: {', '.join(dataset.column_names)}"
+        )
+    if len(dataset) == 0:
+        raise DataError(f"{where}: no rows")
+    logger.info(f"loaded {where}: {len(dataset)} rows" + (f", using {limit}" if limit and limit < len(dataset) else ""))
+    return dataset.select(range(limit)) if limit is not None and limit < len(dataset) else dataset
+
+
+def _all_texts(tasks: dict[str, TaskData]) -> list[str]:
+    texts: list[str] = []
+    for td in tasks.values():
+        for ds in [*td.raw_train.values(), *td.raw_eval.values()]:
+            for column in td.task.text_columns:
+                texts.extend(t for t in ds[column] if isinstance(t, str))
+    return texts
+
+
+def _encode(
+    td: TaskData, dataset: datasets.Dataset, where: str, tokenizer: Any, config: RunConfig
+) -> datasets.Dataset:
+    task, max_length, label_names = td.task, config.data.max_length, td.label_names
+
+    def encode(batch: dict[str, list], rows: list[int]) -> dict[str, list]:
+        for column in task.required_columns():
+            for row, value in zip(rows, batch[column]):
+                if value is None:
+                    raise DataError(f"{where}: row {row}: missing value in column {column!r}")
+        encoded = dict(task.encode(batch, tokenizer, max_length))
+        encoded["labels"] = task.label_ids(batch[task.label_column], label_names, where, rows)
+        ids = batch[task.id_column] if task.id_column else rows
+        encoded["id"] = [str(i) for i in ids]
+        return encoded
+
+    fingerprint = hashlib.sha256(
+        json.dumps(
+            [ENCODING_VERSION, dataset._fingerprint, task.name, list(task.text_columns), task.label_column,
+             task.id_column, label_names, max_length, _tokenizer_digest(tokenizer)]
+        ).encode()
+    ).hexdigest()[:32]
+    return dataset.map(
+        encode, batched=True, with_indices=True, remove_columns=dataset.column_names, new_fingerprint=fingerprint
+    )
+
+
+def _tokenizer_digest(tokenizer: Any) -> str:
+    """A content hash of the tokenizer, part of the tokenisation cache key."""
+    if not hasattr(tokenizer, "_mtft_digest"):
+        tokenizer._mtft_digest = hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode()).hexdigest()
+    return tokenizer._mtft_digest
+
+
+def _group(units: list[Objective], mode: str) -> tuple[list[str], list[int]]:
+    """Map training units to loss objectives: per (task, language), per task or per language."""
+    key = {"task_language": lambda o: o.key, "task": lambda o: o.task, "language": lambda o: o.language}[mode]
+    names: list[str] = []
+    for unit in units:
+        if key(unit) not in names:
+            names.append(key(unit))
+    return names, [names.index(key(unit)) for unit in units]

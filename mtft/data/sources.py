@@ -1,0 +1,95 @@
+"""Load one split of one dataset, from the Hub or from local files, through ``datasets.load_dataset``.
+
+``data.sources`` in the run config maps a Hub id to a local copy:
+
+- a folder in the Hub layout (a README.md whose YAML header lists ``configs`` and ``dataset_info``, as the
+  fixtures under ``tasks/*/fixtures`` are): loaded as ``load_dataset(folder, name, split=...)``, exactly the
+  call used for the Hub id, so features (ClassLabel names) and configs behave identically;
+- a file pattern with ``{name}`` and ``{split}`` placeholders (``.json``/``.jsonl``/``.csv``/``.parquet``):
+  loaded with the matching packaged builder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Mapping, Optional
+
+import datasets
+
+from mtft.errors import DataError
+from mtft.tasks.base import DatasetRef
+
+_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
+
+
+def resolve_source(ref: DatasetRef, sources: Mapping[str, str]) -> DatasetRef:
+    """Apply a ``data.sources`` mapping to ``ref`` (relative paths are taken from the working directory)."""
+    local = sources.get(ref.path)
+    if local is None:
+        return ref
+    target = Path(local)
+    if target.is_dir():
+        return DatasetRef(path=str(target), name=ref.name, split=ref.split, language=ref.language)
+    builder = _BUILDERS.get("".join(target.suffixes[-1:]))
+    if builder is None:
+        raise DataError(
+            f"data.sources[{ref.path!r}] = {local!r}: not a folder, and not a .json/.jsonl/.csv/.parquet pattern"
+        )
+    files = str(target).format(name=ref.name or "default", split=ref.split)
+    return DatasetRef(path=builder, split="train", data_files=files, language=ref.language, name=None)
+
+
+def describe_source(ref: DatasetRef, sources: Mapping[str, str]) -> str:
+    """``ref`` in words, with the local copy it is read from when ``data.sources`` maps it."""
+    resolved = resolve_source(ref, sources)
+    if resolved == ref:
+        return ref.describe()
+    return f"{ref.describe()} from {resolved.data_files or resolved.path}"
+
+
+def load_split(
+    ref: DatasetRef,
+    sources: Mapping[str, str] = {},
+    cache_dir: Optional[str] = None,
+) -> datasets.Dataset:
+    """``datasets.load_dataset`` for ``ref``, with one clear :class:`DataError` when it cannot be had."""
+    resolved = resolve_source(ref, sources)
+    if resolved.data_files is not None and not Path(resolved.data_files).is_file():
+        raise DataError(f"dataset file not found: {resolved.data_files} (for {ref.describe()})")
+    if resolved != ref:
+        cache_dir = _local_cache_dir(resolved, cache_dir)
+    try:
+        return datasets.load_dataset(
+            resolved.path,
+            resolved.name,
+            split=resolved.split,
+            data_files=resolved.data_files,
+            cache_dir=cache_dir,
+        )
+    except (ConnectionError, FileNotFoundError, ValueError, datasets.exceptions.DatasetNotFoundError) as exc:
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        hint = ""
+        if resolved.path == ref.path and not Path(ref.path).exists():
+            hint = (
+                "; without Hub access, map the id to a local copy with data.sources, or load it once where "
+                "the Hub is reachable so that the datasets cache holds it"
+            )
+        raise DataError(f"cannot load {ref.describe()}: {detail}{hint}") from None
+
+
+def _local_cache_dir(resolved: DatasetRef, cache_dir: Optional[str]) -> str:
+    """A cache folder keyed by the local files' paths, sizes and modification times.
+
+    ``datasets`` keys the cache of a local Hub-layout folder on its metadata only, so edited files would be
+    served stale from an earlier run's Arrow cache (and so would their tokenisation); a key over the files
+    themselves makes every edit load afresh.
+    """
+    root = Path(resolved.data_files or resolved.path)
+    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+    digest = hashlib.sha256()
+    for file in files:
+        stat = file.stat()
+        digest.update(f"{file.resolve()}|{stat.st_size}|{stat.st_mtime_ns}\n".encode())
+    base = Path(cache_dir) if cache_dir else Path(datasets.config.HF_DATASETS_CACHE)
+    return str(base / "mtft-local" / digest.hexdigest()[:20])

@@ -1,0 +1,53 @@
+"""The shared encoder: any Hugging Face encoder through the Auto classes, or a tiny random XLM-R."""
+
+from __future__ import annotations
+
+import torch
+from transformers import AutoConfig, AutoModel, PreTrainedModel, XLMRobertaConfig
+
+from mtft.config.schema import ModelSection
+from mtft.errors import ConfigError
+
+
+def build_encoder(cfg: ModelSection, tokenizer, max_length: int, seed: int) -> PreTrainedModel:
+    """The encoder named by ``cfg.backbone``; its pooler is dropped (the heads pool for themselves)."""
+    torch.manual_seed(seed)
+    if cfg.backbone == "tiny":
+        encoder = AutoModel.from_config(tiny_config(cfg, tokenizer, max_length))
+    else:
+        encoder = _pretrained(cfg)
+    if isinstance(getattr(encoder, "pooler", None), torch.nn.Module):
+        encoder.pooler = None  # unused parameters would get no gradient, which ZeRO and DDP reject
+    return encoder
+
+
+def tiny_config(cfg: ModelSection, tokenizer, max_length: int) -> XLMRobertaConfig:
+    dropout = 0.1 if cfg.dropout is None else cfg.dropout
+    return XLMRobertaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=cfg.tiny.hidden_size,
+        num_hidden_layers=cfg.tiny.num_hidden_layers,
+        num_attention_heads=cfg.tiny.num_attention_heads,
+        intermediate_size=cfg.tiny.intermediate_size,
+        max_position_embeddings=max_length + 2,  # XLM-R positions start after the padding index
+        type_vocab_size=1,
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+
+
+def _pretrained(cfg: ModelSection) -> PreTrainedModel:
+    options = dict(revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
+    try:
+        config = AutoConfig.from_pretrained(cfg.backbone, **options)
+        if cfg.dropout is not None:
+            for key in ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout", "attention_dropout"):
+                if hasattr(config, key):
+                    setattr(config, key, cfg.dropout)
+        return AutoModel.from_pretrained(cfg.backbone, config=config, **options)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"cannot load model.backbone={cfg.backbone!r}: {first}") from None

@@ -1,0 +1,47 @@
+"""The multi-task model: one shared encoder, one head per task."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+from torch import nn
+
+
+class MultiTaskModel(nn.Module):
+    """Encoder + heads. ``forward`` returns per-objective loss sums and counts for a mixed batch.
+
+    Every head runs on every step -- on zero rows when its task is absent -- so that each process sees the
+    same parameters take part in each step; ZeRO's gradient collectives require it when ranks draw different
+    tasks.
+    """
+
+    def __init__(self, encoder: nn.Module, heads: Mapping[str, nn.Module], num_objectives: int):
+        super().__init__()
+        self.encoder = encoder
+        self.heads = nn.ModuleDict(dict(heads))
+        self.num_objectives = num_objectives
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        labels: torch.Tensor,
+        head_index: torch.Tensor,
+        objective_index: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        sums = hidden.new_zeros(self.num_objectives)
+        counts = hidden.new_zeros(self.num_objectives)
+        for k, head in enumerate(self.heads.values()):
+            rows = (head_index == k).nonzero(as_tuple=True)[0]
+            out = head(hidden.index_select(0, rows), labels.index_select(0, rows))
+            objectives = objective_index.index_select(0, rows)
+            sums = sums.index_add(0, objectives, out.loss_sum)
+            counts = counts.index_add(0, objectives, out.loss_count.to(counts.dtype))
+        return sums, counts
+
+    @torch.no_grad()
+    def predict_logits(self, head: str, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return self.heads[head].logits(hidden)

@@ -1,0 +1,69 @@
+"""Run logs: a JSON-lines metrics file, optional TensorBoard scalars, and the text log."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any, Optional
+
+from mtft.errors import ConfigError
+
+logger = logging.getLogger("mtft")
+
+
+def setup_console_logging(is_main: bool) -> None:
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("[mtft] %(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO if is_main else logging.WARNING)
+    logger.propagate = False
+
+
+def add_file_log(run_dir: Path) -> None:
+    handler = logging.FileHandler(run_dir / "train.log", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logger.addHandler(handler)
+
+
+class MetricsLog:
+    """``metrics.jsonl``: one object per event, ``{"step", "kind", ...values}``; mirrored to TensorBoard."""
+
+    def __init__(self, run_dir: Path, enabled: bool, tensorboard: bool, resume_step: Optional[int] = None):
+        self.path = run_dir / "metrics.jsonl"
+        self.enabled = enabled
+        self.writer = None
+        if not enabled:
+            return
+        if resume_step is not None and self.path.exists():
+            # Drop what an interrupted attempt logged after the checkpoint we resume from.
+            kept = [line for line in self.path.read_text().splitlines() if json.loads(line)["step"] <= resume_step]
+            self.path.write_text("".join(line + "\n" for line in kept))
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise ConfigError("logging.tensorboard=true needs the tensorboard package: pip install tensorboard") from None
+            self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=resume_step)
+
+    def log(self, step: int, kind: str, values: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        clean = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in values.items()}
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"step": step, "kind": kind, **clean}) + "\n")
+        if self.writer is not None:
+            for key, value in clean.items():
+                if isinstance(value, (int, float)) and value is not None:
+                    self.writer.add_scalar(f"{kind}/{key}", value, step)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []

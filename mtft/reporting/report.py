@@ -1,0 +1,58 @@
+"""The end-of-run Markdown report: what was trained, how the losses went, and the per-objective metrics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from mtft.reporting.logs import read_metrics
+
+
+def write_report(
+    run_dir: Path,
+    title: str,
+    setup: list[tuple[str, str]],
+    objectives: list[dict[str, Any]],
+    final: dict[str, float],
+    best: Optional[dict[str, Any]],
+    task_metrics: dict[str, list[str]],
+    languages: dict[str, list[str]],
+) -> Path:
+    lines = [f"# Run report: {title}", ""]
+    lines += ["## Setup", "", "| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in setup] + [""]
+    lines += ["## Training objectives", "", "| objective | training examples | mixing probability |", "|---|---:|---:|"]
+    lines += [f"| {o['name']} | {o['examples']} | {o['probability']:.3f} |" for o in objectives] + [""]
+    lines += _loss_section(read_metrics(run_dir))
+    lines += ["## Evaluation (final weights)", ""]
+    for task, metrics in task_metrics.items():
+        header = "| language | " + " | ".join(metrics) + " |"
+        lines += [f"### {task}", "", header, "|---|" + "---:|" * len(metrics)]
+        for lang in languages[task]:
+            lines.append(f"| {lang} | " + " | ".join(f"{final[f'{task}/{lang}/{m}']:.4f}" for m in metrics) + " |")
+        lines.append("| **macro average** | " + " | ".join(f"**{final[f'{task}/{m}']:.4f}**" for m in metrics) + " |")
+        lines.append("")
+    if best:
+        lines += ["## Best checkpoint", "", f"`{best['metric']}` = {best['value']:.4f} at step {best['step']} "
+                  f"(weights in `best/`).", ""]
+    path = run_dir / "report.md"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+def _loss_section(events: list[dict[str, Any]]) -> list[str]:
+    train = [e for e in events if e["kind"] == "train"]
+    if not train:
+        return []
+    keys = sorted(k.removeprefix("loss/") for k in train[0] if k.startswith("loss/"))
+    picks = sorted({0, len(train) // 4, len(train) // 2, 3 * len(train) // 4, len(train) - 1})
+    lines = ["## Training loss per objective", "", "| step | combined | " + " | ".join(keys) + " |",
+             "|---:|---:|" + "---:|" * len(keys)]
+    for i in picks:
+        e = train[i]
+        cells = [_fmt(e.get(f"loss/{k}")) for k in keys]
+        lines.append(f"| {e['step']} | {_fmt(e['loss'])} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def _fmt(value: Optional[float]) -> str:
+    return "–" if value is None else f"{value:.4f}"

@@ -1,0 +1,73 @@
+"""Tasks declared in YAML files.
+
+A task file names the task, its languages, the head, the columns, the metric and, per split, where the
+data lives (see ``tasks/README.md``). ``class: module:Class`` in the file selects a :class:`Task` subclass
+(defined in a ``.py`` file beside it) for tasks that need code; the YAML then supplies its fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mtft.errors import ConfigError
+from mtft.tasks.base import Task
+
+_TASK_FIELDS = {f.name for f in dataclasses.fields(Task)} - {"folder"}
+
+
+def load_task_file(path: Path) -> Task:
+    try:
+        spec = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"task file {path}: malformed YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(spec, dict) or "task" not in spec:
+        raise ConfigError(f"task file {path}: expected a mapping with a 'task' key (the task name)")
+    spec = dict(spec)
+    spec["name"] = spec.pop("task")
+    task_class = _task_class(spec.pop("class", None), path)
+    unknown = set(spec) - _TASK_FIELDS
+    if unknown:
+        raise ConfigError(
+            f"task file {path}: unknown key(s) {', '.join(sorted(unknown))}; valid keys: "
+            f"task, class, {', '.join(sorted(_TASK_FIELDS - {'name'}))}"
+        )
+    _check_data_entries(spec.get("data", {}), path)
+    return task_class(folder=str(path.parent), **spec)
+
+
+def _check_data_entries(data: Any, path: Path) -> None:
+    if not isinstance(data, dict) or not data:
+        raise ConfigError(f"task file {path}: 'data' must map split names to dataset references")
+    ref_keys = {"path", "split", "name", "data_files", "language"}
+    for split, entry in data.items():
+        entries = entry.values() if isinstance(entry, dict) and "path" not in entry else [entry]
+        for ref in entries:
+            if not isinstance(ref, dict) or "path" not in ref or "split" not in ref or set(ref) - ref_keys:
+                raise ConfigError(
+                    f"task file {path}: data.{split} must be {{path, split[, name, data_files, language]}} "
+                    "or a mapping from protocol to such entries"
+                )
+
+
+def _task_class(reference: str | None, path: Path) -> type[Task]:
+    if reference is None:
+        return Task
+    module_name, _, class_name = reference.partition(":")
+    module_path = path.parent / f"{module_name}.py"
+    if not class_name or not module_path.is_file():
+        raise ConfigError(f"task file {path}: class {reference!r} must be '<module>:<Class>' with <module>.py beside it")
+    unique = f"mtft_user_tasks.{path.parent.name}.{module_name}"
+    module_spec = importlib.util.spec_from_file_location(unique, module_path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[unique] = module
+    module_spec.loader.exec_module(module)
+    cls = getattr(module, class_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, Task)):
+        raise ConfigError(f"task file {path}: {reference!r} is not a subclass of mtft.tasks.Task")
+    return cls

@@ -1,0 +1,99 @@
+"""Build the DeepSpeed engine: optimizer, schedule, and the DeepSpeed config from the run config.
+
+The run config owns batch sizes, accumulation, clipping and precision; the DeepSpeed JSON owns ZeRO and
+communication settings. A key set in both places is an error rather than a silent precedence rule.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import get_scheduler
+
+from mtft.config.schema import RunConfig, TrainingSection
+from mtft.errors import ConfigError
+
+RUN_CONFIG_OWNS = {
+    "train_batch_size": "training.micro_batch_size × gradient_accumulation_steps × processes",
+    "train_micro_batch_size_per_gpu": "training.micro_batch_size",
+    "gradient_accumulation_steps": "training.gradient_accumulation_steps",
+    "gradient_clipping": "training.gradient_clipping",
+    "bf16": "training.precision",
+    "fp16": "training.precision",
+    "optimizer": "training.optimizer",
+    "scheduler": "training.scheduler",
+}
+
+
+def read_deepspeed_json(path: str) -> dict[str, Any]:
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"training.deepspeed_config: file not found: {path}")
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: malformed JSON (line {exc.lineno}): {exc.msg}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a DeepSpeed config must be a JSON object")
+    clashes = sorted(set(data) & set(RUN_CONFIG_OWNS))
+    if clashes:
+        owners = "; ".join(f"{k} comes from {RUN_CONFIG_OWNS[k]}" for k in clashes)
+        raise ConfigError(f"{path}: remove {', '.join(clashes)} from the DeepSpeed JSON ({owners})")
+    return data
+
+
+def use_bf16(training: TrainingSection) -> bool:
+    supported = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if training.precision == "bf16" and not supported:
+        raise ConfigError("training.precision=bf16 needs a GPU with bf16 support; use auto or fp32 here")
+    return training.precision == "bf16" or (training.precision == "auto" and supported)
+
+
+def deepspeed_config(config: RunConfig, world_size: int) -> dict[str, Any]:
+    training = config.training
+    ds = read_deepspeed_json(training.deepspeed_config)
+    ds.update(
+        train_micro_batch_size_per_gpu=training.micro_batch_size,
+        gradient_accumulation_steps=training.gradient_accumulation_steps,
+        train_batch_size=training.micro_batch_size * training.gradient_accumulation_steps * world_size,
+        gradient_clipping=training.gradient_clipping or 0.0,
+        bf16={"enabled": use_bf16(training)},
+    )
+    ds.setdefault("zero_allow_untested_optimizer", True)  # we pass torch's own AdamW / SGD
+    ds.setdefault("steps_per_print", 10**9)
+    ds.setdefault("wall_clock_breakdown", False)
+    return ds
+
+
+def build_optimizer(model: torch.nn.Module, config: RunConfig) -> torch.optim.Optimizer:
+    opt = config.training.optimizer
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        if param.requires_grad:
+            # Biases and normalisation weights are conventionally not decayed.
+            (no_decay if param.ndim < 2 else decay).append(param)
+    groups = [{"params": decay, "weight_decay": opt.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if opt.name == "adamw":
+        return torch.optim.AdamW(groups, lr=opt.lr, betas=opt.betas, eps=opt.eps)
+    return torch.optim.SGD(groups, lr=opt.lr, momentum=opt.momentum, nesterov=opt.nesterov)
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, config: RunConfig):
+    sched, steps = config.training.scheduler, config.training.max_steps
+    warmup = sched.warmup_steps if sched.warmup_steps is not None else int(sched.warmup_ratio * steps)
+    name = "constant_with_warmup" if sched.name == "constant" else sched.name
+    return get_scheduler(name, optimizer, num_warmup_steps=warmup, num_training_steps=steps)
+
+
+def initialize(model: torch.nn.Module, config: RunConfig, world_size: int):
+    import deepspeed
+
+    optimizer = build_optimizer(model, config)
+    scheduler = build_scheduler(optimizer, config)
+    engine, _, _, _ = deepspeed.initialize(
+        model=model, optimizer=optimizer, lr_scheduler=scheduler, config=deepspeed_config(config, world_size)
+    )
+    return engine

@@ -1,0 +1,74 @@
+"""One optimizer step: per-objective losses, their combination, backward, and the engine's step.
+
+Per-objective losses are exact global means: each process sums its rows' losses per objective, the counts
+are all-reduced, and L_t = Σ_ranks sum_t / count_t. Because DeepSpeed averages gradients over ranks, each
+rank back-propagates world_size · sum_t / count_t, which makes the update identical to a single process
+holding the whole global batch.
+
+:class:`LossWeightedStep` serves weightings that decide from the losses alone. A weighting with
+``needs_gram`` gets a step class that forms per-objective gradients of the shared parameters, accumulated
+over the micro-batches of the optimizer step, and writes the combined gradient before ``engine.step()``: such
+a weighting names that class in its ``step_class`` attribute, and :func:`build_step` uses it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import torch
+
+from mtft.training.distributed import all_reduce_sum
+from mtft.training.weighting import Weighting
+
+
+@dataclass
+class StepResult:
+    """What one optimizer step did, for logs."""
+
+    losses: torch.Tensor  # (T,) global mean loss per objective over the step (nan where absent)
+    counts: torch.Tensor  # (T,) global loss units per objective
+    weights: torch.Tensor  # (T,) weights applied (0 where absent)
+    loss: float  # Σ_t w_t L_t
+    examples: int  # global examples in the step
+    extras: dict[str, float] = field(default_factory=dict)
+
+
+class LossWeightedStep:
+    def __init__(self, engine, weighting: Weighting, num_objectives: int, world_size: int):
+        self.engine = engine
+        self.weighting = weighting
+        self.num_objectives = num_objectives
+        self.world_size = world_size
+
+    def __call__(self, micro_batches: Iterable[dict[str, torch.Tensor]]) -> StepResult:
+        total_sums = torch.zeros(self.num_objectives, dtype=torch.float64)
+        total_counts = torch.zeros(self.num_objectives, dtype=torch.float64)
+        weights = torch.zeros(self.num_objectives, dtype=torch.float64)
+        examples, micro_steps = 0, 0
+        for batch in micro_batches:
+            batch = {k: v.to(self.engine.device) for k, v in batch.items()}
+            sums, counts = self.engine(**batch)
+            global_sums = all_reduce_sum(sums.detach().double().cpu())
+            global_counts = all_reduce_sum(counts.detach().double().cpu())
+            present = global_counts > 0
+            w = self.weighting(global_sums[present] / global_counts[present])
+            scale = (self.world_size / global_counts[present]).to(sums.dtype).to(sums.device)
+            loss = (w.to(sums.dtype).to(sums.device) * sums[present] * scale).sum()
+            self.engine.backward(loss)
+            self.engine.step()
+            total_sums += global_sums
+            total_counts += global_counts
+            weights[present] += w.double()
+            examples += batch["input_ids"].shape[0] * self.world_size  # ranks hold equal micro-batches
+            micro_steps += 1
+        means = total_sums / total_counts  # nan where absent over the whole step
+        weights /= micro_steps
+        present = total_counts > 0
+        combined = float((weights[present] * means[present]).sum())
+        return StepResult(means, total_counts, weights, combined, examples, self.weighting.state())
+
+
+def build_step(engine, weighting: Weighting, num_objectives: int, world_size: int):
+    step_class = getattr(weighting, "step_class", None) or LossWeightedStep
+    return step_class(engine, weighting, num_objectives, world_size)

@@ -1,0 +1,313 @@
+"""The fine-tuning run: everything is checked first, then the run directory is written, then the loop runs.
+
+Order matters for the "nothing half-written" rule: the config, the DeepSpeed JSON, the tasks, the data and
+the labels are all validated before the output directory is created or touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import datasets
+import torch
+import yaml
+from tqdm import tqdm
+
+from mtft.config.load import config_to_yaml
+from mtft.config.schema import RunConfig
+from mtft.data.batching import BatchBuilder
+from mtft.data.pipeline import PreparedData, prepare_data
+from mtft.data.sampler import MultiObjectiveSampler, mixing_probabilities
+from mtft.errors import CheckpointError, ConfigError
+from mtft.evaluation.evaluate import Evaluation, evaluate
+from mtft.models.backbone import build_encoder
+from mtft.models.heads import build_head
+from mtft.models.multitask import MultiTaskModel
+from mtft.models.tokenizer import load_backbone_tokenizer, tiny_tokenizer
+from mtft.reporting.logs import MetricsLog, add_file_log, logger, setup_console_logging
+from mtft.reporting.report import write_report
+from mtft.training import checkpoint as ckpt
+from mtft.training.distributed import ProcessInfo, barrier, init_distributed
+from mtft.training.engine import deepspeed_config, initialize
+from mtft.training.step import build_step
+from mtft.training.weighting import build_weighting
+
+# Keys that may differ between an interrupted run and its resumption.
+_RESUME_FREE_KEYS = {("run", "resume"), ("run", "overwrite"), ("logging", "progress_bar")}
+
+
+class _Window:
+    """Training statistics averaged over the steps since the last log line."""
+
+    def __init__(self, num_objectives: int):
+        self.start = time.perf_counter()
+        self.steps = self.examples = 0
+        self.loss = 0.0
+        self.sums = torch.zeros(num_objectives, dtype=torch.float64)
+        self.counts = torch.zeros(num_objectives, dtype=torch.float64)
+        self.weights = torch.zeros(num_objectives, dtype=torch.float64)
+
+    def add(self, result) -> None:
+        self.steps += 1
+        self.examples += result.examples
+        self.loss += result.loss
+        self.sums += torch.nan_to_num(result.losses) * result.counts
+        self.counts += result.counts
+        self.weights += result.weights
+
+    def summary(self, names: list[str]) -> dict[str, Any]:
+        values: dict[str, Any] = {
+            "loss": self.loss / self.steps,
+            "examples_per_s": self.examples / max(time.perf_counter() - self.start, 1e-9),
+        }
+        means = (self.sums / self.counts).tolist()  # nan for an objective absent from the whole window
+        for name, loss, weight in zip(names, means, (self.weights / self.steps).tolist()):
+            values[f"loss/{name}"] = loss
+            values[f"weight/{name}"] = weight
+        return values
+
+
+def cache_dir(config: RunConfig) -> Path:
+    return Path(config.data.cache_dir or os.environ.get("MTFT_CACHE") or Path.home() / ".cache" / "mtft")
+
+
+def make_tokenizer_factory(config: RunConfig):
+    model = config.model
+    if model.backbone == "tiny":
+        return lambda texts: tiny_tokenizer(texts, model.tiny.vocab_size, cache_dir(config))
+    return lambda texts: load_backbone_tokenizer(model.backbone, model.revision, model.trust_remote_code)
+
+
+def build_model(config: RunConfig, data: PreparedData) -> MultiTaskModel:
+    encoder = build_encoder(config.model, data.tokenizer, config.data.max_length, config.run.seed)
+    heads = {
+        name: build_head(td.task.head, encoder.config.hidden_size, td.label_names, config.model.classifier_dropout)
+        for name, td in data.tasks.items()
+    }
+    return MultiTaskModel(encoder, heads, num_objectives=len(data.objective_names))
+
+
+def heads_metadata(data: PreparedData) -> dict[str, Any]:
+    return {name: {"kind": td.task.head, "label_names": td.label_names} for name, td in data.tasks.items()}
+
+
+def check_metric_for_best(config: RunConfig, data: PreparedData) -> None:
+    key = config.evaluation.metric_for_best
+    if key is None:
+        return
+    valid = [f"{name}/{m}" for name, td in data.tasks.items() for m in td.task.metrics]
+    valid += [f"{o.key}/{m}" for o in data.eval_objectives() for m in data.tasks[o.task].task.metrics]
+    if key not in valid:
+        raise ConfigError(f"evaluation.metric_for_best={key!r} is not a metric of this run; valid: {', '.join(valid)}")
+
+
+def check_output_dir(config: RunConfig) -> Optional[Path]:
+    """Refuse an output directory that holds something else; return the checkpoint to resume from."""
+    run_dir = Path(config.run.output_dir)
+    if not run_dir.exists() or not any(run_dir.iterdir()):
+        return None
+    saved = run_dir / "config.yaml"
+    if not saved.is_file():
+        raise ConfigError(f"output directory {run_dir} is not empty and holds no mtft run; choose another run.output_dir")
+    if config.run.overwrite and not config.run.resume:
+        return None
+    if not config.run.resume:
+        raise ConfigError(
+            f"output directory {run_dir} holds another run; set run.resume=true to continue it, "
+            "run.overwrite=true to replace it, or choose another run.output_dir"
+        )
+    differences = _config_differences(yaml.safe_load(saved.read_text()), config.model_dump(mode="json"))
+    if differences:
+        raise ConfigError(f"cannot resume {run_dir}: the config differs at {', '.join(differences[:5])}")
+    return ckpt.latest_checkpoint(run_dir)
+
+
+def _config_differences(old: Any, new: Any, path: tuple = ()) -> list[str]:
+    if path in _RESUME_FREE_KEYS:
+        return []
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [d for k in sorted(set(old) | set(new)) for d in _config_differences(old.get(k), new.get(k), (*path, k))]
+    return [] if old == new else [".".join(map(str, path))]
+
+
+class Run:
+    """One fine-tuning run; :meth:`execute` returns the run directory."""
+
+    def __init__(self, config: RunConfig):
+        self.config = config
+        self.run_dir = Path(config.run.output_dir)
+
+    # ------------------------------------------------------------------------------------------------
+    def execute(self) -> Path:
+        config = self.config
+        deepspeed_config(config, int(os.environ.get("WORLD_SIZE", 1)))  # validate JSON and precision first
+        resume_from = check_output_dir(config)
+        self.proc = init_distributed()
+        setup_console_logging(self.proc.is_main)
+        datasets.disable_progress_bars()  # mtft logs one line per loaded split instead
+        barrier()
+        self.data = self._prepare_data_rank0_first()
+        check_metric_for_best(config, self.data)
+        self._create_run_dir()
+        model = build_model(config, self.data)
+        self.engine = initialize(model, config, self.proc.world_size)
+        self.builder = BatchBuilder(self.data)
+        self.weighting = build_weighting(config.weighting.method)
+        self.step_fn = build_step(self.engine, self.weighting, len(self.data.objective_names), self.proc.world_size)
+        self.sampler = self._sampler()
+        self.step, self.best = 0, None
+        if resume_from is not None:
+            self._resume(resume_from)  # restores this rank's RNG state too
+        else:
+            torch.manual_seed(config.run.seed + 1 + self.proc.rank)  # this rank's dropout stream
+        self.log = MetricsLog(self.run_dir, self.proc.is_main, config.logging.tensorboard,
+                              resume_step=self.step if config.run.resume else None)
+        try:
+            self._train()
+            final = self._evaluate(final=True)
+            self._save(force=True)
+            if self.proc.is_main:
+                self._finish(final)
+        finally:
+            self.log.close()
+        barrier()
+        return self.run_dir
+
+    # ------------------------------------------------------------------------------------------------
+    def _prepare_data_rank0_first(self) -> PreparedData:
+        # Rank 0 trains the tokenizer and fills the datasets cache; the other ranks then read the cache.
+        if not self.proc.is_main:
+            barrier()
+        data = prepare_data(self.config, make_tokenizer_factory(self.config))
+        if self.proc.is_main:
+            barrier()
+        return data
+
+    def _create_run_dir(self) -> None:
+        if self.proc.is_main:
+            if self.config.run.overwrite and not self.config.run.resume and self.run_dir.exists():
+                shutil.rmtree(self.run_dir)
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "config.yaml").write_text(config_to_yaml(self.config), encoding="utf-8")
+            add_file_log(self.run_dir)
+        barrier()
+
+    def _sampler(self) -> MultiObjectiveSampler:
+        mixing = self.config.data.mixing
+        sizes = [len(self.data.train_dataset(u)) for u in range(len(self.data.train_units))]
+        self.mix = mixing_probabilities(sizes, mixing.strategy, mixing.temperature, mixing.cap)
+        batch = self.config.training.micro_batch_size * self.proc.world_size
+        return MultiObjectiveSampler(sizes, self.mix, batch, self.config.run.seed)
+
+    def _micro_batches(self):
+        micro = self.config.training.micro_batch_size
+        lo = self.proc.rank * micro  # every rank draws the same global batch and keeps its own slice
+        for _ in range(self.config.training.gradient_accumulation_steps):
+            yield self.builder.train_batch(self.sampler.next_batch()[lo : lo + micro])
+
+    # ------------------------------------------------------------------------------------------------
+    def _train(self) -> None:
+        cfg = self.config
+        self.engine.train()
+        bar = tqdm(total=cfg.training.max_steps, initial=self.step, desc="train", dynamic_ncols=True,
+                   disable=not (self.proc.is_main and cfg.logging.progress_bar))
+        window = _Window(len(self.data.objective_names))
+        logger.info(f"training {len(self.data.objective_names)} objectives for {cfg.training.max_steps} steps "
+                    f"on {self.proc.world_size} process(es) -> {self.run_dir}")
+        while self.step < cfg.training.max_steps:
+            result = self.step_fn(self._micro_batches())
+            self.step += 1
+            window.add(result)
+            bar.update(1)
+            if self.step % cfg.logging.every_steps == 0 or self.step == cfg.training.max_steps:
+                values = window.summary(self.data.objective_names)
+                bar.set_postfix(loss=f"{values['loss']:.4f}", ex_s=f"{values['examples_per_s']:.0f}")
+                self.log.log(self.step, "train", {**values, "lr": self.engine.get_lr()[0], **result.extras})
+                window = _Window(len(self.data.objective_names))
+            every = cfg.evaluation.every_steps
+            if every and self.step % every == 0 and self.step < cfg.training.max_steps:
+                self._evaluate(final=False)
+            every = cfg.checkpointing.every_steps
+            if every and self.step % every == 0 and self.step < cfg.training.max_steps:
+                self._save()
+        bar.close()
+
+    def _evaluate(self, final: bool) -> Evaluation:
+        cfg = self.config.evaluation
+        result = evaluate(self.engine.module, self.data, self.builder, cfg.batch_size, self.engine.device)
+        self.log.log(self.step, "eval", result.metrics)
+        summary = ", ".join(f"{k}={v:.4f}" for k, v in result.metrics.items() if k.count("/") == 1)
+        logger.info(f"step {self.step}: {summary}")
+        if cfg.metric_for_best:
+            value = result.metrics[cfg.metric_for_best]
+            better = self.best is None or (value > self.best["value"] if cfg.greater_is_better
+                                           else value < self.best["value"])
+            if better:
+                self.best = {"metric": cfg.metric_for_best, "value": value, "step": self.step}
+                self._save_best(result)
+        return result
+
+    def _save_best(self, result: Evaluation) -> None:
+        state = ckpt.full_state_dict(self.engine)
+        if self.proc.is_main:
+            folder = self.run_dir / "best"
+            tmp = self.run_dir / "best.partial"
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+            ckpt.write_weights(state, heads_metadata(self.data), tmp)
+            ckpt.write_json(tmp / "metrics.json", {"step": self.step, **result.metrics})
+            shutil.rmtree(folder, ignore_errors=True)
+            tmp.rename(folder)
+        barrier()
+
+    def _trainer_state(self) -> dict[str, Any]:
+        return {"step": self.step, "sampler": self.sampler.state_dict(), "best": self.best,
+                "objectives": self.data.objective_names}
+
+    def _save(self, force: bool = False) -> None:
+        if force or self.config.checkpointing.every_steps:
+            ckpt.save_checkpoint(self.engine, self.run_dir, self.step, self._trainer_state(),
+                                 heads_metadata(self.data), self.proc.rank, self.config.checkpointing.keep_last)
+
+    def _resume(self, path: Path) -> None:
+        state = ckpt.load_checkpoint(self.engine, path, self.proc.rank)
+        if state.get("objectives") != self.data.objective_names:
+            raise CheckpointError(f"{path} was trained on objectives {state.get('objectives')}, not these")
+        self.step, self.best = int(state["step"]), state.get("best")
+        self.sampler.load_state_dict(state["sampler"])
+        logger.info(f"resumed from {path} at step {self.step}")
+
+    def _finish(self, final: Evaluation) -> None:
+        cfg = self.config
+        predictions = self.run_dir / "predictions" / cfg.evaluation.split
+        for (task, lang), rows in final.predictions.items():
+            (predictions / task).mkdir(parents=True, exist_ok=True)
+            with (predictions / task / f"{lang}.jsonl").open("w", encoding="utf-8") as handle:
+                handle.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+        ckpt.write_json(self.run_dir / "metrics.json", {"step": self.step, **final.metrics})
+        objectives = [
+            {"name": unit.key, "examples": len(self.data.train_dataset(i)), "probability": float(self.mix[i])}
+            for i, unit in enumerate(self.data.train_units)
+        ]
+        setup = [
+            ("backbone", cfg.model.backbone), ("weighting", f"{cfg.weighting.method} over {cfg.weighting.objectives}"),
+            ("optimizer", f"{cfg.training.optimizer.name}, lr {cfg.training.optimizer.lr:g}"),
+            ("steps", str(self.step)), ("processes", str(self.proc.world_size)),
+            ("global batch", str(cfg.training.micro_batch_size * cfg.training.gradient_accumulation_steps
+                                 * self.proc.world_size)),
+            ("DeepSpeed", f"{cfg.training.deepspeed_config} (ZeRO stage {self.engine.zero_optimization_stage()})"),
+            ("evaluation split", cfg.evaluation.split),
+        ]
+        path = write_report(
+            self.run_dir, cfg.run.name, setup, objectives, final.metrics, self.best,
+            {name: list(td.task.metrics) for name, td in self.data.tasks.items()},
+            {name: td.languages for name, td in self.data.tasks.items()},
+        )
+        logger.info(f"report: {path}")
+
+

@@ -1,0 +1,50 @@
+"""mtft: fine-tune a multilingual encoder on many tasks and languages at once.
+
+Launch recipes (one thread per process when several share a host):
+
+    # one process (sets up its own single-process distributed environment)
+    python run.py --config configs/demo.yaml
+
+    # overrides, the resolved config, all options
+    python run.py --config configs/demo.yaml training.max_steps=50 data.tasks.0.languages=[en,de]
+    python run.py --config configs/demo.yaml --print-config
+    python run.py --help
+
+    # two processes on one machine
+    OMP_NUM_THREADS=1 torchrun --nproc_per_node 2 run.py --config configs/demo.yaml \
+        training.deepspeed_config=configs/deepspeed/zero2.json
+
+    # several machines with the DeepSpeed launcher; hostfile lines read "node1 slots=8"
+    deepspeed --hostfile hostfile --num_nodes 2 --num_gpus 8 run.py --config configs/xnli.yaml \
+        training.deepspeed_config=configs/deepspeed/zero2.json
+
+    # continue an interrupted run from its latest complete checkpoint
+    python run.py --config configs/demo.yaml --resume
+"""
+
+import sys
+
+from mtft.cli import train_parser
+from mtft.config import config_to_yaml, load_config
+from mtft.errors import UserError
+
+
+def main(argv: list[str]) -> int:
+    args = train_parser().parse_args(argv)
+    overrides = args.overrides + (["run.resume=true"] if args.resume else [])
+    config = load_config(args.config, overrides)
+    if args.print_config:
+        print(config_to_yaml(config), end="")
+        return 0
+    from mtft.training.trainer import Run  # heavy imports only when training
+
+    Run(config).execute()
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
