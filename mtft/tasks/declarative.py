@@ -11,7 +11,7 @@ import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import yaml
 
@@ -21,13 +21,14 @@ from mtft.tasks.base import Task
 _TASK_FIELDS = {f.name for f in dataclasses.fields(Task)} - {"folder"}
 
 
-def load_task_file(path: Path) -> Task:
+def load_task_file(path: Path) -> Optional[Task]:
+    """The task declared in ``path``; None for a YAML file that declares no task (no top-level ``task``)."""
     try:
         spec = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise ConfigError(f"task file {path}: malformed YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(spec, dict) or "task" not in spec:
-        raise ConfigError(f"task file {path}: expected a mapping with a 'task' key (the task name)")
+        return None
     spec = dict(spec)
     spec["name"] = spec.pop("task")
     task_class = _task_class(spec.pop("class", None), path)

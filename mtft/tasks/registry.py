@@ -26,16 +26,12 @@ def discover_tasks(extra_dirs: Iterable[str | Path] = ()) -> dict[str, Task]:
         folders.append(BUILTIN_TASK_DIR)
     for folder in folders:
         for path in sorted(folder.rglob("*.yaml")):
-            if "fixtures" in path.relative_to(folder).parts or not _declares_task(path):
+            if "fixtures" in path.relative_to(folder).parts:
                 continue
             task = load_task_file(path)
-            tasks.setdefault(task.name, task)
+            if task is not None:
+                tasks.setdefault(task.name, task)
     return tasks
-
-
-def _declares_task(path: Path) -> bool:
-    with path.open(encoding="utf-8") as handle:
-        return any(line.startswith("task:") for line in handle)
 
 
 def get_task(name: str, available: dict[str, Task]) -> Task:

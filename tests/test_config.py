@@ -1,0 +1,131 @@
+"""The typed config: every shipped YAML validates; bad keys, types and values are refused clearly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mtft.config import RunConfig, load_config
+from mtft.config.load import parse_override, set_dotted
+from mtft.errors import ConfigError
+from tests.conftest import REPO, run_cli
+
+SHIPPED = sorted((REPO / "configs").rglob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_shipped_config_validates(path: Path, monkeypatch):
+    monkeypatch.chdir(REPO)
+    config = load_config(path)
+    assert isinstance(config, RunConfig)
+    assert Path(config.training.deepspeed_config).is_file()
+    for local in config.data.sources.values():
+        assert Path(local).exists(), local
+
+
+def test_shipped_configs_exist():
+    assert any(p.name == "demo.yaml" for p in SHIPPED)
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    return path
+
+
+MINIMAL = "data:\n  tasks:\n    - name: xnli\n"
+
+
+def test_defaults_and_overrides(tmp_path):
+    config = load_config(write(tmp_path, MINIMAL), ["training.max_steps=7", "training.optimizer.lr=1e-3",
+                                                     "data.tasks.0.languages=[en, de]", "run.name=x"])
+    assert config.training.max_steps == 7
+    assert config.training.optimizer.lr == pytest.approx(1e-3)
+    assert config.data.tasks[0].languages == ["en", "de"]
+    assert config.run.output_dir == "runs/x"
+    assert config.weighting.method == "mean"
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("training.lrr=1", "unknown key 'training.lrr'; valid keys under 'training': deepspeed_config"),
+        ("training.optimizer.name=adam", "training.optimizer.name: invalid value; valid choices: adamw, sgd"),
+        ("training.max_steps=abc", "training.max_steps: Input should be a valid integer"),
+        ("training.max_steps=0", "training.max_steps: Input should be greater than or equal to 1 (got 0)"),
+        ("model.dropout=1.5", "model.dropout: Input should be less than 1"),
+        ("weighting.method=magic", "unknown weighting 'magic'; valid choices: mean"),
+        ("data.mixing.strategy=random", "valid choices: proportional, temperature, uniform"),
+        ("model.tiny.hidden_size=65", "hidden_size (65) must be a multiple of num_attention_heads (4)"),
+        ("training.optimizer.betas=[0.9, 1.5]", "betas must lie in [0, 1)"),
+    ],
+)
+def test_bad_values_name_key_file_and_choices(tmp_path, override, expected):
+    path = write(tmp_path, MINIMAL)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, [override])
+    message = str(info.value)
+    assert expected in message
+    assert str(path) in message and "[command line]" in message
+    assert "\n" not in message
+
+
+def test_unknown_key_in_file(tmp_path):
+    path = write(tmp_path, MINIMAL + "trainin:\n  max_steps: 3\n")
+    with pytest.raises(ConfigError, match=r"unknown key 'trainin'; valid keys: checkpointing, data, evaluation"):
+        load_config(path)
+
+
+def test_missing_required_and_malformed(tmp_path):
+    with pytest.raises(ConfigError, match="required key 'data' is missing"):
+        load_config(write(tmp_path, "run:\n  name: a\n"))
+    with pytest.raises(ConfigError, match=r"malformed YAML \(line 3, column 1\)"):
+        load_config(write(tmp_path, "data:\n  tasks: [\n"))
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "absent.yaml")
+    with pytest.raises(ConfigError, match="is empty"):
+        load_config(write(tmp_path, ""))
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        load_config(write(tmp_path, "- a\n- b\n"))
+
+
+def test_yaml_is_loaded_safely(tmp_path):
+    with pytest.raises(ConfigError, match="malformed YAML"):
+        load_config(write(tmp_path, "data: !!python/object/apply:os.system ['echo pwned']\n"))
+
+
+def test_override_syntax():
+    assert parse_override("a.b=3") == ("a.b", 3)
+    assert parse_override("a=[1, 2]") == ("a", [1, 2])
+    assert parse_override("a=") == ("a", None)
+    for bad in ("novalue", "=3", "a..b=1"):
+        with pytest.raises(ConfigError, match="bad override"):
+            parse_override(bad)
+    tree = {"x": [{"y": 1}]}
+    set_dotted(tree, "x.0.y", 2)
+    assert tree == {"x": [{"y": 2}]}
+    with pytest.raises(ConfigError, match="not an index"):
+        set_dotted(tree, "x.3.y", 2)
+
+
+def test_duplicate_languages_refused(tmp_path):
+    with pytest.raises(ConfigError, match="lists a language twice"):
+        load_config(write(tmp_path, MINIMAL), ["data.tasks.0.languages=[en, en]"])
+
+
+def test_cli_help_lists_options_with_help_text():
+    result = run_cli("--help")
+    assert result.returncode == 0
+    assert "training.optimizer.lr  [float, default: 5e-05]" in result.stdout
+    assert "Peak learning rate." in result.stdout
+    assert "data.mixing.strategy  [proportional|temperature|uniform" in result.stdout
+
+
+def test_cli_print_config_and_error_exit(tmp_path):
+    result = run_cli("--config", "configs/demo.yaml", "--print-config", "training.max_steps=9")
+    assert result.returncode == 0 and "max_steps: 9" in result.stdout
+    result = run_cli("--config", "configs/demo.yaml", "training.max_steps=-4")
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("error: configs/demo.yaml [command line]: training.max_steps")
