@@ -1,0 +1,60 @@
+"""The multi-task model: heads, per-objective loss sums, and the step's exact global means."""
+
+from __future__ import annotations
+
+import torch
+
+from mtft.config.schema import ModelSection
+from mtft.models.backbone import build_encoder
+from mtft.models.heads import SequenceClassificationHead
+from mtft.models.multitask import MultiTaskModel
+from mtft.models.tokenizer import tiny_tokenizer
+
+
+def tiny_model(tmp_path, num_objectives=3):
+    tok = tiny_tokenizer(["alpha beta gamma delta", "epsilon zeta eta theta"] * 10, 100, tmp_path)
+    encoder = build_encoder(ModelSection(dropout=0.0), tok, max_length=16, seed=0)
+    heads = {"a": SequenceClassificationHead(64, ["x", "y"], 0.0), "b": SequenceClassificationHead(64, ["p", "q", "r"], 0.0)}
+    return MultiTaskModel(encoder, heads, num_objectives), tok
+
+
+def batch(tok, heads, objectives, labels):
+    enc = tok(["alpha beta", "gamma delta epsilon", "zeta", "eta theta alpha"][: len(heads)], padding=True,
+              truncation=True, max_length=16,
+              return_tensors="pt")
+    return dict(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], labels=torch.tensor(labels),
+                head_index=torch.tensor(heads), objective_index=torch.tensor(objectives))
+
+
+def test_tiny_encoder_shape_and_no_pooler(tmp_path):
+    model, tok = tiny_model(tmp_path)
+    assert model.encoder.config.model_type == "xlm-roberta"
+    assert model.encoder.config.vocab_size == len(tok)
+    assert model.encoder.pooler is None
+
+
+def test_per_objective_sums_match_per_example_losses(tmp_path):
+    model, tok = tiny_model(tmp_path)
+    b = batch(tok, heads=[0, 1, 0, 1], objectives=[0, 2, 0, 1], labels=[1, 2, 0, 0])
+    sums, counts = model(**b)
+    hidden = model.encoder(input_ids=b["input_ids"], attention_mask=b["attention_mask"]).last_hidden_state
+    per_example = [
+        torch.nn.functional.cross_entropy(model.heads["ab"[h]].logits(hidden[i : i + 1]), b["labels"][i : i + 1])
+        for i, h in enumerate([0, 1, 0, 1])
+    ]
+    torch.testing.assert_close(sums, torch.stack([per_example[0] + per_example[2], per_example[3], per_example[1]]))
+    assert counts.tolist() == [2.0, 1.0, 1.0]
+
+
+def test_absent_head_still_takes_part_with_zero_gradient(tmp_path):
+    model, tok = tiny_model(tmp_path)
+    sums, _ = model(**batch(tok, heads=[0, 0], objectives=[0, 1], labels=[1, 0]))
+    sums.sum().backward()
+    for name, param in model.heads["b"].named_parameters():
+        assert param.grad is not None and torch.count_nonzero(param.grad) == 0, name
+    assert any(torch.count_nonzero(p.grad) > 0 for p in model.heads["a"].parameters())
+
+
+def test_head_decodes_label_names():
+    head = SequenceClassificationHead(4, ["neg", "pos"], 0.0)
+    assert head.decode(torch.tensor([[0.1, 0.9], [2.0, -1.0]])) == ["pos", "neg"]

@@ -1,0 +1,144 @@
+"""End-to-end runs of run.py: the shortened demo, resume after SIGKILL, a crash while saving, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tests.conftest import REPO, clean_env, demo_overrides, read_jsonl, run_cli
+
+pytestmark = pytest.mark.slow
+
+
+def test_shortened_demo_learns_and_reports(tmp_path):
+    out = tmp_path / "demo"
+    result = run_cli("--config", "configs/demo.yaml", *demo_overrides(out, 120, **{"evaluation.every_steps": 60,
+                                                                                   "checkpointing.every_steps": 60}))
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["step"] == 120
+    # chance is 1/3 on the 3-way fixture; a pipeline that learns is far above it in every language
+    assert metrics["xnli/accuracy"] > 0.6, metrics
+    for lang in ("en", "de", "ar", "zh"):
+        assert metrics[f"xnli/{lang}/accuracy"] > 0.5
+        predictions = read_jsonl(out / "predictions/validation/xnli" / f"{lang}.jsonl")
+        assert len(predictions) == 150 and set(predictions[0]) == {"id", "prediction"}
+        assert {p["prediction"] for p in predictions} <= {"entailment", "neutral", "contradiction"}
+    report = (out / "report.md").read_text()
+    assert "| **macro average** |" in report and "xnli/zh" in report and f"{metrics['xnli/accuracy']:.4f}" in report
+    events = read_jsonl(out / "metrics.jsonl")
+    train = [e for e in events if e["kind"] == "train"]
+    assert [e["step"] for e in train][:2] == [20, 40] and "loss/xnli/de" in train[0] and "weight/xnli/de" in train[0]
+    assert train[-1]["loss"] < train[0]["loss"]
+    assert [e["step"] for e in events if e["kind"] == "eval"] == [60, 120]
+    heads = json.loads((out / "best/heads.json").read_text())
+    assert heads["xnli"]["label_names"] == ["entailment", "neutral", "contradiction"]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-00000060", "step-00000120"]
+    assert (out / "config.yaml").is_file() and (out / "train.log").is_file()
+    # weights load back through the same model code
+    state = load_file(str(out / "checkpoints/step-00000120/model.safetensors"))
+    assert any(k.startswith("heads.xnli.") for k in state) and any(k.startswith("encoder.") for k in state)
+
+
+RESUME_RUN = {"checkpointing.every_steps": 10, "evaluation.every_steps": 10,
+              "data.tasks.0.languages": "[en,de]", "model.dropout": 0.1}
+
+
+def kill_run(mode: str, step: int, out: Path) -> subprocess.CompletedProcess:
+    args = ["--config", "configs/demo.yaml", *demo_overrides(out, 30, **RESUME_RUN)]
+    return subprocess.run([sys.executable, "tests/helpers/kill_during_run.py", mode, str(step), *args],
+                          cwd=REPO, capture_output=True, text=True, env=clean_env(OMP_NUM_THREADS="2"), timeout=600)
+
+
+def final_state(out: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(out / "checkpoints/step-00000030/model.safetensors"))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("straight") / "run"
+    result = run_cli("--config", "configs/demo.yaml", *demo_overrides(out, 30, **RESUME_RUN))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
+@pytest.mark.parametrize("mode, expect_resume_step", [("after", 20), ("during", 10)])
+def test_resume_after_sigkill_matches_uninterrupted_run(tmp_path, uninterrupted, mode, expect_resume_step):
+    out = tmp_path / "run"
+    killed = kill_run(mode, 20, out)
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    complete = sorted(p.name for p in (out / "checkpoints").iterdir())
+    if mode == "during":  # the half-written checkpoint never looks complete
+        assert complete == ["step-00000010", "step-00000020.partial"]
+        assert not (out / "checkpoints/step-00000020.partial/COMPLETE").exists()
+    else:
+        assert complete == ["step-00000010", "step-00000020"]
+    resumed = run_cli("--config", "configs/demo.yaml", *demo_overrides(out, 30, **RESUME_RUN), "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resumed from {out}/checkpoints/step-{expect_resume_step:08d} at step {expect_resume_step}" in resumed.stderr
+    expected, got = final_state(uninterrupted), final_state(out)
+    assert expected.keys() == got.keys()
+    for key in expected:
+        assert torch.equal(expected[key], got[key]), key
+    assert json.loads((out / "metrics.json").read_text()) == json.loads((uninterrupted / "metrics.json").read_text())
+    # the log holds each step once, as in the uninterrupted run
+    steps = [(e["step"], e["kind"]) for e in read_jsonl(out / "metrics.jsonl")]
+    assert steps == [(e["step"], e["kind"]) for e in read_jsonl(uninterrupted / "metrics.jsonl")]
+
+
+def test_output_dir_holding_another_run_is_refused(uninterrupted):
+    before = (uninterrupted / "config.yaml").read_text()
+    result = run_cli("--config", "configs/demo.yaml", *demo_overrides(uninterrupted, 5, **RESUME_RUN))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: output directory {uninterrupted} holds another run; set run.resume=true to continue it, "
+        "run.overwrite=true to replace it, or choose another run.output_dir")
+    assert "Traceback" not in result.stderr
+    assert (uninterrupted / "config.yaml").read_text() == before
+
+
+def test_resume_with_a_different_config_is_refused(uninterrupted):
+    result = run_cli("--config", "configs/demo.yaml", *demo_overrides(uninterrupted, 5, **RESUME_RUN), "--resume")
+    assert result.returncode == 2 and "the config differs at training.max_steps" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("data.tasks.0.languages=[en,xx]", "task 'xnli' has no language(s) xx"),
+        ("data.tasks.0.name=nli", "unknown task 'nli'; available tasks: xnli"),
+        ("data.sources.facebook/xnli=/nonexistent/{name}/{split}.jsonl", "dataset file not found: /nonexistent/en/train.jsonl"),
+        ("training.deepspeed_config=configs/deepspeed/none.json", "training.deepspeed_config: file not found"),
+        ("evaluation.metric_for_best=xnli/f1", "evaluation.metric_for_best='xnli/f1' is not a metric of this run"),
+    ],
+)
+def test_bad_input_fails_in_one_line_and_writes_nothing(tmp_path, override, message):
+    out = tmp_path / "never"
+    result = run_cli("--config", "configs/demo.yaml", *demo_overrides(out, 5), override)
+    assert result.returncode == 2, result.stderr[-2000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and message in last, last
+    assert "Traceback" not in result.stderr
+    assert not out.exists()
+
+
+def test_sgd_cosine_accumulation_and_tensorboard(tmp_path):
+    out = tmp_path / "sgd"
+    result = run_cli("--config", "configs/demo.yaml", *demo_overrides(out, 12, **{
+        "training.optimizer.name": "sgd", "training.optimizer.lr": 0.05, "training.scheduler.name": "cosine",
+        "training.scheduler.warmup_steps": 3, "training.gradient_accumulation_steps": 2,
+        "training.micro_batch_size": 8, "logging.tensorboard": "true", "logging.every_steps": 1,
+        "data.tasks.0.languages": "[en]"}))
+    assert result.returncode == 0, result.stderr[-3000:]
+    train = [e for e in read_jsonl(out / "metrics.jsonl") if e["kind"] == "train"]
+    lrs = [e["lr"] for e in train]
+    assert lrs[:3] == pytest.approx([0.05 / 3, 0.1 / 3, 0.05]) and lrs[-1] < lrs[3]  # warm-up, then cosine decay
+    assert all(e["examples_per_s"] > 0 for e in train)
+    assert any(p.name.startswith("events.out.tfevents") for p in (out / "tensorboard").iterdir())
+    assert "global batch | 16" in (out / "report.md").read_text()
