@@ -135,7 +135,7 @@ class DataSection(Section):
 class WeightingSection(Section):
     method: str = Field(
         "mean",
-        description="How the per-objective losses are combined each step (see mtft.training.weighting).",
+        description="How the per-objective losses are combined each step (see mtft.weighting).",
     )
     objectives: Literal["task_language", "task", "language"] = Field(
         "task_language", description="What one objective is: a (task, language) pair, a task, or a language."
@@ -144,7 +144,7 @@ class WeightingSection(Section):
     @field_validator("method")
     @classmethod
     def _known_method(cls, value: str) -> str:
-        from mtft.training.weighting import WEIGHTINGS
+        from mtft.weighting import WEIGHTINGS
 
         if value not in WEIGHTINGS:
             raise ValueError(f"unknown weighting {value!r}; valid choices: {', '.join(sorted(WEIGHTINGS))}")

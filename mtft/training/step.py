@@ -19,7 +19,7 @@ from typing import Iterable
 import torch
 
 from mtft.training.distributed import all_reduce_sum
-from mtft.training.weighting import Weighting
+from mtft.weighting import Weighting
 
 
 @dataclass
@@ -52,7 +52,7 @@ class LossWeightedStep:
             global_sums = all_reduce_sum(sums.detach().double().cpu())
             global_counts = all_reduce_sum(counts.detach().double().cpu())
             present = global_counts > 0
-            w = self.weighting(global_sums[present] / global_counts[present])
+            w = torch.from_numpy(self.weighting((global_sums[present] / global_counts[present]).numpy()))
             scale = (self.world_size / global_counts[present]).to(sums.dtype).to(sums.device)
             loss = (w.to(sums.dtype).to(sums.device) * sums[present] * scale).sum()
             self.engine.backward(loss)

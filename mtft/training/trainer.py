@@ -35,7 +35,7 @@ from mtft.training import checkpoint as ckpt
 from mtft.training.distributed import ProcessInfo, barrier, init_distributed
 from mtft.training.engine import deepspeed_config, initialize
 from mtft.training.step import build_step
-from mtft.training.weighting import build_weighting
+from mtft.weighting import build_weighting
 
 # Keys that may differ between an interrupted run and its resumption.
 _RESUME_FREE_KEYS = {("run", "resume"), ("run", "overwrite"), ("logging", "progress_bar")}
