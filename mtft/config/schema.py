@@ -7,7 +7,7 @@ work starts; ``description`` is the help text that ``run.py --help`` prints for 
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -140,6 +140,25 @@ class WeightingSection(Section):
     objectives: Literal["task_language", "task", "language"] = Field(
         "task_language", description="What one objective is: a (task, language) pair, a task, or a language."
     )
+    shared: Literal["auto", "encoder", "all"] = Field(
+        "auto",
+        description="Parameters whose gradients form the Gram: auto = every trainable parameter that more "
+        "than one objective updates (the encoder; a task head shared by its languages); encoder = encoder "
+        "parameters only; all = every trainable parameter.",
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Options of the weighting method, e.g. {solver: cvxpy} for lfmlf, {c: 0.4} for cagrad.",
+    )
+    stationarity_eps: Optional[float] = Field(
+        None, gt=0.0,
+        description="Stop training once ||d||² / mean_t ||g_t||² stays below this for stationarity_patience "
+        "consecutive steps (Pareto stationarity, Theorem 3). Null: never stop for it.",
+    )
+    stationarity_patience: int = Field(10, ge=1, description="Consecutive stationary steps before stopping.")
+    cosine_every: int = Field(
+        50, ge=0, description="Log the cosine matrix of the per-objective gradients every N steps (0: never)."
+    )
 
     @field_validator("method")
     @classmethod
@@ -149,6 +168,16 @@ class WeightingSection(Section):
         if value not in WEIGHTINGS:
             raise ValueError(f"unknown weighting {value!r}; valid choices: {', '.join(sorted(WEIGHTINGS))}")
         return value
+
+    @model_validator(mode="after")
+    def _options_accepted(self) -> "WeightingSection":
+        from mtft.weighting import WEIGHTINGS
+
+        try:
+            WEIGHTINGS[self.method](**self.options)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"options {self.options} do not fit weighting {self.method!r}: {error}") from None
+        return self
 
 
 class OptimizerSection(Section):

@@ -7,11 +7,14 @@ from typing import Mapping
 import torch
 from torch import nn
 
+from mtft.gradients.per_objective import objective_rows
+
 
 class MultiTaskModel(nn.Module):
     """Encoder + heads. ``forward`` returns per-objective loss sums and counts for a mixed batch.
 
-    Every head runs on every step -- on zero rows when its task is absent -- so that each process sees the
+    The objective of every row is declared to :func:`objective_rows`, so that per-objective gradients can
+    be collected by hooks (LF-MLF). Every head runs on every step -- on zero rows when its task is absent -- so that each process sees the
     same parameters take part in each step; ZeRO's gradient collectives require it when ranks draw different
     tasks.
     """
@@ -30,13 +33,15 @@ class MultiTaskModel(nn.Module):
         head_index: torch.Tensor,
         objective_index: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        with objective_rows(objective_index):
+            hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         sums = hidden.new_zeros(self.num_objectives)
         counts = hidden.new_zeros(self.num_objectives)
         for k, head in enumerate(self.heads.values()):
             rows = (head_index == k).nonzero(as_tuple=True)[0]
-            out = head(hidden.index_select(0, rows), labels.index_select(0, rows))
             objectives = objective_index.index_select(0, rows)
+            with objective_rows(objectives):
+                out = head(hidden.index_select(0, rows), labels.index_select(0, rows))
             sums = sums.index_add(0, objectives, out.loss_sum)
             counts = counts.index_add(0, objectives, out.loss_count.to(counts.dtype))
         return sums, counts

@@ -53,12 +53,24 @@ def use_bf16(training: TrainingSection) -> bool:
 
 
 def deepspeed_config(config: RunConfig, world_size: int) -> dict[str, Any]:
+    from mtft.weighting import WEIGHTINGS
+
     training = config.training
     ds = read_deepspeed_json(training.deepspeed_config)
+    micro, accumulation = training.micro_batch_size, training.gradient_accumulation_steps
+    if WEIGHTINGS[config.weighting.method].needs_gram:
+        stage = ds.get("zero_optimization", {}).get("stage", 0)
+        if stage == 3:
+            raise ConfigError(
+                f"weighting.method={config.weighting.method} needs every parameter in full on each rank to form "
+                f"per-objective gradients; use ZeRO stage 0, 1 or 2 (not 3, from {training.deepspeed_config})"
+            )
+        # The Gram step accumulates the micro-batches itself and hands DeepSpeed one combined gradient.
+        micro, accumulation = micro * accumulation, 1
     ds.update(
-        train_micro_batch_size_per_gpu=training.micro_batch_size,
-        gradient_accumulation_steps=training.gradient_accumulation_steps,
-        train_batch_size=training.micro_batch_size * training.gradient_accumulation_steps * world_size,
+        train_micro_batch_size_per_gpu=micro,
+        gradient_accumulation_steps=accumulation,
+        train_batch_size=micro * accumulation * world_size,
         gradient_clipping=training.gradient_clipping or 0.0,
         bf16={"enabled": use_bf16(training)},
     )

@@ -7,8 +7,8 @@ holding the whole global batch.
 
 :class:`LossWeightedStep` serves weightings that decide from the losses alone. A weighting with
 ``needs_gram`` gets a step class that forms per-objective gradients of the shared parameters, accumulated
-over the micro-batches of the optimizer step, and writes the combined gradient before ``engine.step()``: such
-a weighting names that class in its ``step_class`` attribute, and :func:`build_step` uses it.
+over the micro-batches of the optimizer step, and writes the combined gradient before ``engine.step()``: that
+is :class:`mtft.training.gram_step.GramWeightedStep`.
 """
 
 from __future__ import annotations
@@ -68,7 +68,3 @@ class LossWeightedStep:
         combined = float((weights[present] * means[present]).sum())
         return StepResult(means, total_counts, weights, combined, examples, self.weighting.state())
 
-
-def build_step(engine, weighting: Weighting, num_objectives: int, world_size: int):
-    step_class = getattr(weighting, "step_class", None) or LossWeightedStep
-    return step_class(engine, weighting, num_objectives, world_size)

@@ -34,7 +34,8 @@ from mtft.reporting.report import write_report
 from mtft.training import checkpoint as ckpt
 from mtft.training.distributed import ProcessInfo, barrier, init_distributed
 from mtft.training.engine import deepspeed_config, initialize
-from mtft.training.step import build_step
+from mtft.training.gram_step import GramWeightedStep
+from mtft.training.step import LossWeightedStep
 from mtft.weighting import build_weighting
 
 # Keys that may differ between an interrupted run and its resumption.
@@ -94,6 +95,26 @@ def build_model(config: RunConfig, data: PreparedData) -> MultiTaskModel:
 
 def heads_metadata(data: PreparedData) -> dict[str, Any]:
     return {name: {"kind": td.task.head, "label_names": td.label_names} for name, td in data.tasks.items()}
+
+
+def shared_parameters(model: MultiTaskModel, data: PreparedData, mode: str) -> list[torch.nn.Parameter]:
+    """The parameters whose per-objective gradients form the Gram (``weighting.shared``).
+
+    ``auto``: those that more than one objective can update -- every encoder parameter, and a task's head
+    when several objectives (its languages) use it. With ``weighting.objectives: task`` the heads are private.
+    """
+    objectives_of_task: dict[str, set[int]] = {}
+    for unit, objective in zip(data.train_units, data.unit_objective):
+        objectives_of_task.setdefault(unit.task, set()).add(objective)
+    shared = []
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        is_head = name.startswith("heads.")
+        users = len(objectives_of_task.get(name.split(".")[1], ())) if is_head else len(data.objective_names)
+        if mode == "all" or (mode == "encoder" and not is_head) or (mode == "auto" and users > 1):
+            shared.append(param)
+    return shared
 
 
 def check_metric_for_best(config: RunConfig, data: PreparedData) -> None:
@@ -157,10 +178,10 @@ class Run:
         model = build_model(config, self.data)
         self.engine = initialize(model, config, self.proc.world_size)
         self.builder = BatchBuilder(self.data)
-        self.weighting = build_weighting(config.weighting.method)
-        self.step_fn = build_step(self.engine, self.weighting, len(self.data.objective_names), self.proc.world_size)
+        self.weighting = build_weighting(config.weighting.method, config.weighting.options)
+        self.step_fn = self._build_step()
         self.sampler = self._sampler()
-        self.step, self.best = 0, None
+        self.step, self.best, self.stationary_run, self.stopped_early = 0, None, 0, False
         if resume_from is not None:
             self._resume(resume_from)  # restores this rank's RNG state too
         else:
@@ -197,6 +218,16 @@ class Run:
             add_file_log(self.run_dir)
         barrier()
 
+    def _build_step(self):
+        num_objectives, world = len(self.data.objective_names), self.proc.world_size
+        if not self.weighting.needs_gram:
+            return LossWeightedStep(self.engine, self.weighting, num_objectives, world)
+        shared = shared_parameters(self.engine.module, self.data, self.config.weighting.shared)
+        logger.info(f"{self.config.weighting.method}: Gram over {sum(p.numel() for p in shared):,} shared parameters "
+                    f"({len(shared)} tensors), {num_objectives} objectives")
+        return GramWeightedStep(self.engine, self.weighting, num_objectives, world, shared,
+                                self.config.weighting.cosine_every)
+
     def _sampler(self) -> MultiObjectiveSampler:
         mixing = self.config.data.mixing
         sizes = [len(self.data.train_dataset(u)) for u in range(len(self.data.train_units))]
@@ -222,8 +253,25 @@ class Run:
         while self.step < cfg.training.max_steps:
             result = self.step_fn(self._micro_batches())
             self.step += 1
-            window.add(result)
             bar.update(1)
+            if result.extras.get("skipped"):
+                logger.warning(f"step {self.step} skipped: {self.step_fn.skip_reason}")
+                self.log.log(self.step, "skipped", {"reason": self.step_fn.skip_reason})
+                continue
+            window.add(result)
+            if self.weighting.needs_gram:  # weights, ||d||², stationarity and the solver's certificate, every step
+                weights = {f"weight/{n}": w for n, w in zip(self.data.objective_names, result.weights.tolist())}
+                self.log.log(self.step, "weighting", {**weights, **result.extras})
+            if getattr(self.step_fn, "last_cosines", None) is not None:
+                self.log.log(self.step, "cosines", {"objectives": self.data.objective_names,
+                                                    "matrix": self.step_fn.last_cosines})
+                self.step_fn.last_cosines = None
+            if self._stationary(result):
+                logger.info(f"step {self.step}: Pareto-stationary for {cfg.weighting.stationarity_patience} steps "
+                            f"(||d||²/mean||g_t||² < {cfg.weighting.stationarity_eps:g}); stopping")
+                self.log.log(self.step, "stopped", {"reason": "pareto_stationary"})
+                self.stopped_early = True
+                break
             if self.step % cfg.logging.every_steps == 0 or self.step == cfg.training.max_steps:
                 values = window.summary(self.data.objective_names)
                 bar.set_postfix(loss=f"{values['loss']:.4f}", ex_s=f"{values['examples_per_s']:.0f}")
@@ -236,6 +284,13 @@ class Run:
             if every and self.step % every == 0 and self.step < cfg.training.max_steps:
                 self._save()
         bar.close()
+
+    def _stationary(self, result) -> bool:
+        eps = self.config.weighting.stationarity_eps
+        if eps is None or "stationarity" not in result.extras:
+            return False
+        self.stationary_run = self.stationary_run + 1 if result.extras["stationarity"] < eps else 0
+        return self.stationary_run >= self.config.weighting.stationarity_patience
 
     def _evaluate(self, final: bool) -> Evaluation:
         cfg = self.config.evaluation
@@ -267,7 +322,7 @@ class Run:
 
     def _trainer_state(self) -> dict[str, Any]:
         return {"step": self.step, "sampler": self.sampler.state_dict(), "best": self.best,
-                "objectives": self.data.objective_names}
+                "objectives": self.data.objective_names, "stationary_run": self.stationary_run}
 
     def _save(self, force: bool = False) -> None:
         if force or self.config.checkpointing.every_steps:
@@ -279,6 +334,7 @@ class Run:
         if state.get("objectives") != self.data.objective_names:
             raise CheckpointError(f"{path} was trained on objectives {state.get('objectives')}, not these")
         self.step, self.best = int(state["step"]), state.get("best")
+        self.stationary_run = int(state.get("stationary_run", 0))
         self.sampler.load_state_dict(state["sampler"])
         logger.info(f"resumed from {path} at step {self.step}")
 

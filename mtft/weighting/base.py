@@ -48,5 +48,5 @@ class MeanWeighting(Weighting):
         return np.full(len(losses), 1.0 / len(losses))
 
 
-def build_weighting(name: str) -> Weighting:
-    return WEIGHTINGS[name]()
+def build_weighting(name: str, options: Optional[dict] = None) -> Weighting:
+    return WEIGHTINGS[name](**(options or {}))

@@ -1,0 +1,112 @@
+"""The optimizer step of Gram-based weightings (LF-MLF and the comparison methods).
+
+1. For each micro-batch (sorted by objective): a forward pass on *detached* parameters -- autograd then skips
+   the ordinary weight gradients -- and one backward pass of Σ_t sum_t, during which
+   :class:`~mtft.gradients.PerObjectiveGradients` accumulates every objective's gradient.
+2. All-reduce the per-objective gradients and counts; divide by the global counts: g_t = ∇L_t exactly, for the
+   whole optimizer step (all micro-batches, all ranks), identical on every rank.
+3. Gram of the shared parameters → weights w (objectives absent from the step are dropped).
+4. Write the update: one backward pass of the surrogate Σ_θ ⟨θ, Σ_t w_t g_t^θ⟩, whose gradient is exactly the
+   gradient of Σ_t w_t L_t. It goes through ``engine.backward`` so DeepSpeed's ZeRO 0–2 gradient hooks,
+   reduction and clipping run as usual; then ``engine.step()``.
+
+A Gram that holds NaN or inf is refused by the solver: the step is skipped on every rank alike, and logged.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from mtft.gradients import PerObjectiveGradients
+from mtft.training.distributed import all_reduce_sum
+from mtft.training.step import StepResult
+from mtft.weighting import Weighting
+
+
+class GramWeightedStep:
+    def __init__(self, engine, weighting: Weighting, num_objectives: int, world_size: int,
+                 shared: list[torch.nn.Parameter], cosine_every: int = 0):
+        self.engine = engine
+        self.weighting = weighting
+        self.num_objectives = num_objectives
+        self.world_size = world_size
+        self.module = engine.module
+        self.collector = PerObjectiveGradients(self.module, num_objectives).attach()
+        self.shared = shared
+        self.cosine_every = cosine_every
+        self.steps = 0
+
+    def __call__(self, micro_batches) -> StepResult:
+        start = time.perf_counter()
+        self.collector.zero()
+        sums = torch.zeros(self.num_objectives, dtype=torch.float64)
+        counts = torch.zeros(self.num_objectives, dtype=torch.float64)
+        examples = 0
+        detached = {name: p.detach() for name, p in self.module.named_parameters()}
+        for batch in micro_batches:
+            order = torch.argsort(batch["objective_index"], stable=True)  # contiguous rows per objective
+            batch = {k: v[order].to(self.engine.device) for k, v in batch.items()}
+            with self.collector.capturing():
+                batch_sums, batch_counts = torch.func.functional_call(self.module, detached, args=(), kwargs=batch)
+            batch_sums.sum().backward()
+            sums += batch_sums.detach().double().cpu()
+            counts += batch_counts.detach().double().cpu()
+            examples += batch["input_ids"].shape[0] * self.world_size
+        backward_seconds = time.perf_counter() - start
+
+        counts, sums = all_reduce_sum(counts), all_reduce_sum(sums)
+        if self.world_size > 1:
+            torch.distributed.all_reduce(self.collector.flat)
+        present = counts > 0
+        self.collector.scale_objectives(torch.where(present, 1.0 / counts.clamp(min=1), 0.0))
+        losses = torch.where(present, sums / counts.clamp(min=1), torch.nan)
+        gram = self.collector.gram(self.shared)
+        sub = gram[present][:, present].numpy()
+
+        weights = torch.zeros(self.num_objectives, dtype=torch.float64)
+        extras: dict[str, float] = {"backward_s": backward_seconds}
+        try:
+            solve_start = time.perf_counter()
+            w = self.weighting(losses[present].numpy(), sub)
+            extras["weighting_s"] = time.perf_counter() - solve_start
+        except ValueError as error:  # the solver refuses NaN/inf Grams with a ValueError subclass
+            self.steps += 1
+            extras.update(skipped=1.0)
+            self.skip_reason = str(error)
+            return StepResult(losses, counts, weights, float("nan"), examples, extras)
+        weights[present] = torch.as_tensor(np.asarray(w, dtype=np.float64))
+        combined = self.collector.combine(weights)
+        surrogate = sum((p * combined[p].to(p.dtype)).sum() for p in combined)
+        self.engine.backward(surrogate)
+        self.engine.step()
+        self.steps += 1
+        extras.update(self.weighting.state())
+        extras.update(_gram_summary(sub, np.asarray(w, dtype=np.float64)))
+        if self.cosine_every and self.steps % self.cosine_every == 0:
+            self.last_cosines = _cosines(gram.numpy(), present.numpy())
+        extras["step_s"] = time.perf_counter() - start
+        loss = float((weights[present] * losses[present]).sum())
+        return StepResult(losses, counts, weights, loss, examples, extras)
+
+
+def _gram_summary(gram: np.ndarray, w: np.ndarray) -> dict[str, float]:
+    """||d||² and the Pareto-stationarity gauge ||d||² / mean_t ||g_t||² (SPEC §1, Theorem 3)."""
+    d_sq = float(w @ gram @ w)
+    mean_sq = float(np.mean(np.diag(gram)))
+    return {"d_norm_sq": d_sq, "mean_grad_norm_sq": mean_sq,
+            "stationarity": d_sq / mean_sq if mean_sq > 0 else 0.0}
+
+
+def _cosines(gram: np.ndarray, present: np.ndarray) -> list[list[float | None]]:
+    norms = np.sqrt(np.clip(np.diag(gram), 0, None))
+    out = []
+    for t in range(len(gram)):
+        row = []
+        for s in range(len(gram)):
+            ok = present[t] and present[s] and norms[t] > 0 and norms[s] > 0
+            row.append(float(gram[t, s] / (norms[t] * norms[s])) if ok else None)
+        out.append(row)
+    return out

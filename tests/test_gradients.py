@@ -1,0 +1,166 @@
+"""Per-objective gradients (hooks) against the float64 reference, and the Gram step's update."""
+
+from __future__ import annotations
+
+import numpy as np
+import peft
+import pytest
+import torch
+
+from mtft.gradients import PerObjectiveGradients, reference_objective_gradients
+from mtft.training.gram_step import GramWeightedStep
+from mtft.training.step import LossWeightedStep
+from mtft.weighting import MeanWeighting, Weighting
+from tests.test_model import tiny_model
+
+TEXTS = ["alpha beta", "gamma delta epsilon zeta eta theta", "zeta", "eta theta alpha", "beta",
+         "delta delta alpha beta gamma", "theta", "alpha alpha"]
+
+
+class FakeEngine:
+    """The slice of DeepSpeedEngine the steps use, for in-process tests (the real engine runs in e2e tests)."""
+
+    def __init__(self, module):
+        self.module, self.device = module, torch.device("cpu")
+
+    def __call__(self, **batch):
+        return self.module(**batch)
+
+    def backward(self, loss):
+        loss.backward()
+
+    def step(self):
+        pass
+
+
+class FixedGramWeighting(Weighting):
+    name, needs_gram = "fixed_for_tests", True
+
+    def __init__(self, weights=None, fail=False):
+        self.weights, self.fail, self.seen = weights, fail, None
+
+    def __call__(self, losses, gram):
+        self.seen = gram
+        if self.fail:
+            raise ValueError("gram has NaN/inf entries")
+        return np.asarray(self.weights if self.weights is not None else np.full(len(losses), 1 / len(losses)))
+
+
+def make_batch(tok, objectives, heads, labels, texts=TEXTS):
+    enc = tok(texts[: len(objectives)], padding=True, truncation=True, max_length=16, return_tensors="pt")
+    return dict(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], labels=torch.tensor(labels),
+                head_index=torch.tensor(heads), objective_index=torch.tensor(objectives))
+
+
+MIXED = dict(objectives=[2, 0, 1, 1, 0, 2, 1, 0], heads=[0, 1, 0, 0, 1, 0, 0, 1], labels=[1, 2, 0, 1, 0, 1, 1, 2])
+
+
+def hooked_gradients(model, batch, num_objectives):
+    collector = PerObjectiveGradients(model, num_objectives).attach()
+    detached = {n: p.detach() for n, p in model.named_parameters()}
+    with collector.capturing():
+        sums, _ = torch.func.functional_call(model, detached, args=(), kwargs=batch)
+    sums.sum().backward()
+    params = [p for p in model.parameters() if p.requires_grad]
+    return torch.cat([collector.views[p].reshape(num_objectives, -1) for p in params], dim=1), params
+
+
+@pytest.mark.parametrize("sort_rows", [False, True])
+def test_full_finetuning_gradients_equal_float64_reference(tmp_path, sort_rows):
+    model, tok = tiny_model(tmp_path)
+    model = model.double()
+    batch = make_batch(tok, **MIXED)  # mixed objectives, several heads, padded sequences
+    assert (batch["attention_mask"] == 0).any()
+    if sort_rows:
+        order = torch.argsort(batch["objective_index"], stable=True)
+        batch = {k: v[order] for k, v in batch.items()}
+    got, params = hooked_gradients(model, batch, 3)
+    expected = reference_objective_gradients(model, batch, params, 3)
+    assert all(p.grad is None for p in params)  # the ordinary weight gradients were never computed
+    torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
+    assert (expected.abs().sum(1) > 0).all()
+
+
+def test_lora_parameters_equal_float64_reference(tmp_path):
+    model, tok = tiny_model(tmp_path)
+    lora = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["query", "value"], lora_dropout=0.0)
+    model.encoder = peft.get_peft_model(model.encoder, lora)
+    for name, p in model.encoder.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.1)  # B = 0 at init would make A's gradient vanish
+    model = model.double()
+    batch = make_batch(tok, **MIXED)
+    got, params = hooked_gradients(model, batch, 3)
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert any("lora_A" in n for n in names) and not any("attention.self.query.base_layer" in n for n in names)
+    torch.testing.assert_close(got, reference_objective_gradients(model, batch, params, 3), rtol=1e-10, atol=1e-12)
+
+
+def test_gram_over_accumulated_micro_batches_equals_reference_on_the_whole_step(tmp_path):
+    model, tok = tiny_model(tmp_path)
+    model = model.double()
+    whole = make_batch(tok, **MIXED)
+    halves = [{k: v[:4] for k, v in whole.items()}, {k: v[4:] for k, v in whole.items()}]
+    weighting = FixedGramWeighting()
+    params = [p for p in model.parameters() if p.requires_grad]
+    GramWeightedStep(FakeEngine(model), weighting, 3, 1, shared=params)(halves)
+    _, counts = model(**whole)
+    reference = reference_objective_gradients(model, whole, params, 3) / counts.detach().unsqueeze(1)
+    np.testing.assert_allclose(weighting.seen, (reference @ reference.t()).numpy(), rtol=1e-10)
+
+
+def test_update_is_the_gradient_of_the_weighted_loss(tmp_path):
+    model, tok = tiny_model(tmp_path)
+    model = model.double()
+    batch = make_batch(tok, **MIXED)
+    weights = [0.5, 0.2, 0.3]
+    params = [p for p in model.parameters() if p.requires_grad]
+    result = GramWeightedStep(FakeEngine(model), FixedGramWeighting(weights), 3, 1, shared=params)([batch])
+    got = [p.grad.clone() for p in params]
+    model.zero_grad()
+    sums, counts = model(**batch)
+    (sum(w * sums[t] / counts[t] for t, w in enumerate(weights))).backward()
+    for p, g in zip(params, got):
+        torch.testing.assert_close(g, p.grad, rtol=1e-10, atol=1e-13)
+    assert result.weights.tolist() == weights
+    assert result.extras["d_norm_sq"] > 0 and 0 < result.extras["stationarity"]
+
+
+def test_equal_weights_reproduce_the_mean_step(tmp_path):
+    model, tok = tiny_model(tmp_path)
+    model = model.double()
+    batch = make_batch(tok, **MIXED)
+    params = [p for p in model.parameters() if p.requires_grad]
+    LossWeightedStep(FakeEngine(model), MeanWeighting(), 3, 1)([batch])
+    expected = [p.grad.clone() for p in params]
+    model.zero_grad()
+    GramWeightedStep(FakeEngine(model), FixedGramWeighting(), 3, 1, shared=params)([batch])
+    for p, g in zip(params, expected):
+        torch.testing.assert_close(p.grad, g, rtol=1e-10, atol=1e-13)
+
+
+def test_absent_objectives_are_dropped(tmp_path):
+    model, tok = tiny_model(tmp_path, num_objectives=4)
+    batch = make_batch(tok, **MIXED)  # objective 3 has no rows
+    weighting = FixedGramWeighting()
+    params = [p for p in model.parameters() if p.requires_grad]
+    result = GramWeightedStep(FakeEngine(model), weighting, 4, 1, shared=params)([batch])
+    assert weighting.seen.shape == (3, 3)
+    assert result.weights[3] == 0 and np.isnan(result.losses[3].item()) and result.counts[3] == 0
+
+
+def test_refused_gram_skips_the_step(tmp_path):
+    model, tok = tiny_model(tmp_path)
+    params = [p for p in model.parameters() if p.requires_grad]
+    before = [p.detach().clone() for p in params]
+    step = GramWeightedStep(FakeEngine(model), FixedGramWeighting(fail=True), 3, 1, shared=params)
+    result = step([make_batch(tok, **MIXED)])
+    assert result.extras["skipped"] == 1.0 and "NaN/inf" in step.skip_reason
+    assert all(p.grad is None for p in params) and all(torch.equal(p, b) for p, b in zip(params, before))
+
+
+def test_unsupported_trainable_modules_are_named(tmp_path):
+    model, _ = tiny_model(tmp_path)
+    model.extra = torch.nn.Conv1d(2, 2, 1)
+    with pytest.raises(ValueError, match=r"extra \(Conv1d\)"):
+        PerObjectiveGradients(model, 3)
