@@ -22,7 +22,9 @@ def write_report(
     lines += ["## Setup", "", "| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in setup] + [""]
     lines += ["## Training objectives", "", "| objective | training examples | mixing probability |", "|---|---:|---:|"]
     lines += [f"| {o['name']} | {o['examples']} | {o['probability']:.3f} |" for o in objectives] + [""]
-    lines += _loss_section(read_metrics(run_dir))
+    events = read_metrics(run_dir)
+    lines += _loss_section(events)
+    lines += _weighting_section(events)
     lines += ["## Evaluation (final weights)", ""]
     for task, metrics in task_metrics.items():
         header = "| language | " + " | ".join(metrics) + " |"
@@ -52,6 +54,38 @@ def _loss_section(events: list[dict[str, Any]]) -> list[str]:
         cells = [_fmt(e.get(f"loss/{k}")) for k in keys]
         lines.append(f"| {e['step']} | {_fmt(e['loss'])} | " + " | ".join(cells) + " |")
     return lines + [""]
+
+
+def _weighting_section(events: list[dict[str, Any]]) -> list[str]:
+    """The weights chosen per objective and the Pareto-stationarity gauge, when a Gram weighting ran."""
+    steps = [e for e in events if e["kind"] == "weighting"]
+    if not steps:
+        return []
+    names = [k.removeprefix("weight/") for k in steps[0] if k.startswith("weight/")]
+    picks = sorted({0, len(steps) // 4, len(steps) // 2, 3 * len(steps) // 4, len(steps) - 1})
+    lines = ["## Loss weighting", "",
+             "Weights w* per objective, ||d||² = w*ᵀGw*, and the stationarity gauge ||d||² / mean_t ||g_t||² "
+             "(0 at a Pareto-stationary point, Theorem 3); `fw_gap` certifies the solver's optimality.", "",
+             "| step | " + " | ".join(names) + " | ‖d‖² | stationarity | fw_gap | solver ms |",
+             "|---:|" + "---:|" * (len(names) + 4)]
+    for i in picks:
+        e = steps[i]
+        cells = [_fmt(e.get(f"weight/{n}")) for n in names]
+        solver_ms = e.get("seconds", e.get("weighting_s"))
+        lines.append(f"| {e['step']} | " + " | ".join(cells) + f" | {_fmt(e.get('d_norm_sq'))} | "
+                     f"{_fmt(e.get('stationarity'))} | {_sci(e.get('fw_gap'))} | "
+                     f"{_fmt(None if solver_ms is None else solver_ms * 1e3)} |")
+    skipped = [e for e in events if e["kind"] == "skipped"]
+    if skipped:
+        lines += ["", f"{len(skipped)} step(s) skipped: " + "; ".join(f"step {e['step']}: {e['reason']}" for e in skipped[:5])]
+    stopped = [e for e in events if e["kind"] == "stopped"]
+    if stopped:
+        lines += ["", f"Training stopped at step {stopped[-1]['step']}: {stopped[-1]['reason']}."]
+    return lines + [""]
+
+
+def _sci(value: Optional[float]) -> str:
+    return "–" if value is None else f"{value + 0.0:.1e}"  # + 0.0 turns -0.0 into 0.0
 
 
 def _fmt(value: Optional[float]) -> str:

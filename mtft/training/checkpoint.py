@@ -8,6 +8,7 @@ any point leaves at most a ``.partial`` folder, which resume ignores and the nex
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -39,6 +40,19 @@ def full_state_dict(engine) -> dict[str, torch.Tensor]:
         with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None):
             return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
     return {k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()}
+
+
+def ranks_in_sync(module: torch.nn.Module) -> bool:
+    """Whether every rank holds bit-identical parameters (a SHA-256 of their bytes, gathered)."""
+    digest = hashlib.sha256()
+    for name, param in module.named_parameters():
+        digest.update(name.encode())
+        digest.update(param.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    if not (torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1):
+        return True
+    digests = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(digests, digest.hexdigest())
+    return len(set(digests)) == 1
 
 
 def write_weights(state: dict[str, torch.Tensor], heads: dict[str, Any], folder: Path) -> None:

@@ -325,6 +325,11 @@ class Run:
                 "objectives": self.data.objective_names, "stationary_run": self.stationary_run}
 
     def _save(self, force: bool = False) -> None:
+        if self.proc.world_size > 1 and self.engine.zero_optimization_stage() < 3:
+            in_sync = ckpt.ranks_in_sync(self.engine.module)
+            self.log.log(self.step, "sync", {"ranks_in_sync": in_sync})
+            if not in_sync:
+                logger.warning(f"step {self.step}: the ranks' weights differ")
         if force or self.config.checkpointing.every_steps:
             ckpt.save_checkpoint(self.engine, self.run_dir, self.step, self._trainer_state(),
                                  heads_metadata(self.data), self.proc.rank, self.config.checkpointing.keep_last)

@@ -1,0 +1,112 @@
+"""LF-MLF through run.py and DeepSpeed: ZeRO 0/1/2 agree, two processes match one bit-identically across
+ranks, the report shows the weights and the stationarity gauge, and Pareto stationarity can stop training."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from tests.conftest import demo_overrides, read_jsonl, run_cli, run_torchrun
+
+pytestmark = pytest.mark.slow
+
+STEPS = 12
+
+
+def lfmlf_run(out: Path, zero: int, micro: int, **extra) -> list[str]:
+    return demo_overrides(out, STEPS, **{
+        "weighting.method": "lfmlf", "training.deepspeed_config": f"configs/deepspeed/zero{zero}.json",
+        "training.micro_batch_size": micro, "model.dropout": 0.0, "model.classifier_dropout": 0.0,
+        "data.tasks.0.languages": "[en, de, ar]", "logging.every_steps": 1, "checkpointing.every_steps": 6,
+        "evaluation.every_steps": "null", "weighting.cosine_every": 4, **extra})
+
+
+def weighting_events(out: Path) -> list[dict]:
+    return [e for e in read_jsonl(out / "metrics.jsonl") if e["kind"] == "weighting"]
+
+
+def final_weights(out: Path):
+    return load_file(str(out / f"checkpoints/step-{STEPS:08d}/model.safetensors"))
+
+
+@pytest.fixture(scope="module")
+def zero_runs(tmp_path_factory) -> dict[str, Path]:
+    runs = {}
+    base = tmp_path_factory.mktemp("lfmlf")
+    for zero in (0, 1, 2):
+        out = base / f"zero{zero}"
+        result = run_cli("--config", "configs/demo.yaml", *lfmlf_run(out, zero, micro=16))
+        assert result.returncode == 0, result.stderr[-3000:]
+        runs[f"zero{zero}"] = out
+    out = base / "two"
+    result = run_torchrun("--config", "configs/demo.yaml", *lfmlf_run(out, 2, micro=8))
+    assert result.returncode == 0, result.stderr[-5000:]
+    runs["two"] = out
+    return runs
+
+
+def test_every_step_logs_weights_certificate_and_stationarity(zero_runs):
+    events = weighting_events(zero_runs["zero0"])
+    assert [e["step"] for e in events] == list(range(1, STEPS + 1))
+    for e in events:
+        weights = [e[f"weight/xnli/{lang}"] for lang in ("en", "de", "ar")]
+        assert min(weights) >= 0 and sum(weights) == pytest.approx(1.0, abs=1e-9)
+        assert e["fw_gap"] <= 1e-8 * max(1.0, e["mean_grad_norm_sq"])  # solver optimality certificate
+        assert e["theorem2"] >= -1e-8 * max(1.0, e["mean_grad_norm_sq"])  # dᵀg_t ≥ ||d||² for every t
+        assert 0 <= e["stationarity"] <= 1 + 1e-9  # ||d||² never exceeds the mean ||g_t||²
+    cosines = [e for e in read_jsonl(zero_runs["zero0"] / "metrics.jsonl") if e["kind"] == "cosines"]
+    assert [e["step"] for e in cosines] == [4, 8, 12]
+    assert cosines[0]["objectives"] == ["xnli/en", "xnli/de", "xnli/ar"]
+    assert all(abs(cosines[0]["matrix"][i][i] - 1) < 1e-9 for i in range(3))
+    report = (zero_runs["zero0"] / "report.md").read_text()
+    assert "## Loss weighting" in report and "stationarity" in report and "| xnli/en | xnli/de | xnli/ar |" in report
+
+
+@pytest.mark.parametrize("stage", ["zero1", "zero2"])
+def test_zero_stages_give_the_same_training(zero_runs, stage):
+    reference, other = weighting_events(zero_runs["zero0"]), weighting_events(zero_runs[stage])
+    for a, b in zip(reference, other):
+        for key in ("weight/xnli/en", "weight/xnli/de", "weight/xnli/ar", "d_norm_sq"):
+            assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-7), (a["step"], key)
+    w0, w1 = final_weights(zero_runs["zero0"]), final_weights(zero_runs[stage])
+    assert max((w0[k] - w1[k]).abs().max().item() for k in w0) < 1e-5
+
+
+def test_two_processes_match_one_and_ranks_stay_bit_identical(zero_runs):
+    one, two = weighting_events(zero_runs["zero2"]), weighting_events(zero_runs["two"])
+    assert len(one) == len(two) == STEPS
+    for a, b in zip(one, two):
+        assert a["weight/xnli/de"] == pytest.approx(b["weight/xnli/de"], rel=1e-4, abs=1e-7)
+        assert a["d_norm_sq"] == pytest.approx(b["d_norm_sq"], rel=1e-4)
+    syncs = [e for e in read_jsonl(zero_runs["two"] / "metrics.jsonl") if e["kind"] == "sync"]
+    assert [e["step"] for e in syncs] == [6, STEPS] and all(e["ranks_in_sync"] for e in syncs)
+    w1, w2 = final_weights(zero_runs["zero2"]), final_weights(zero_runs["two"])
+    assert max((w1[k] - w2[k]).abs().max().item() for k in w1) < 1e-5
+
+
+def test_pareto_stationarity_stops_training(tmp_path):
+    out = tmp_path / "stationary"
+    # ||d||²/mean||g_t||² ≤ 1 always, so eps = 2 makes every step "stationary": stop after the patience
+    result = run_cli("--config", "configs/demo.yaml", *lfmlf_run(out, 0, 16, **{
+        "weighting.stationarity_eps": 2.0, "weighting.stationarity_patience": 3}))
+    assert result.returncode == 0, result.stderr[-3000:]
+    stopped = [e for e in read_jsonl(out / "metrics.jsonl") if e["kind"] == "stopped"]
+    assert stopped == [{"step": 3, "kind": "stopped", "reason": "pareto_stationary"}]
+    assert json.loads((out / "metrics.json").read_text())["step"] == 3
+    assert "Training stopped at step 3: pareto_stationary." in (out / "report.md").read_text()
+
+
+def test_gram_weighting_refuses_zero3(tmp_path):
+    result = run_cli("--config", "configs/demo.yaml", *lfmlf_run(tmp_path / "z3", 3, 16))
+    assert result.returncode == 2 and "use ZeRO stage 0, 1 or 2" in result.stderr
+
+
+@pytest.mark.parametrize("method", ["mgda_normalized", "pcgrad", "cagrad", "imtl_g"])
+def test_comparison_weightings_train(tmp_path, method):
+    out = tmp_path / method
+    result = run_cli("--config", "configs/demo.yaml", *lfmlf_run(out, 0, 16, **{"weighting.method": method}))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(weighting_events(out)) == STEPS
