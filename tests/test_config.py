@@ -55,10 +55,12 @@ def test_defaults_and_overrides(tmp_path):
         ("training.max_steps=abc", "training.max_steps: Input should be a valid integer"),
         ("training.max_steps=0", "training.max_steps: Input should be greater than or equal to 1 (got 0)"),
         ("model.dropout=1.5", "model.dropout: Input should be less than 1"),
-        ("weighting.method=magic", "unknown weighting 'magic'; valid choices: mean"),
+        ("weighting.method=magic", "unknown weighting 'magic'; valid choices: cagrad, imtl_g, lfmlf, mean, mgda_normalized, pcgrad, upgrad"),
         ("data.mixing.strategy=random", "valid choices: proportional, temperature, uniform"),
         ("model.tiny.hidden_size=65", "hidden_size (65) must be a multiple of num_attention_heads (4)"),
         ("training.optimizer.betas=[0.9, 1.5]", "betas must lie in [0, 1)"),
+        ("weighting.options={solver: gurobi}", "do not fit weighting 'mean'"),
+        ("weighting.shared=heads", "weighting.shared: invalid value; valid choices: auto, encoder, all"),
     ],
 )
 def test_bad_values_name_key_file_and_choices(tmp_path, override, expected):

@@ -40,6 +40,7 @@ def common(tmp_path: Path, out: Path, micro: int, zero: int) -> list[str]:
         "model.dropout": 0.0, "model.classifier_dropout": 0.0, "logging.every_steps": 1,
         "evaluation.every_steps": 8, "checkpointing.every_steps": 8, "data.tasks": tasks,
         "data.task_dirs": f"[{tmp_path / 'tasks'}]", "data.mixing.strategy": "proportional",
+        "weighting.method": "mean",  # the plain loop here; tests/test_lfmlf_e2e.py runs LF-MLF distributed
     })
 
 
@@ -67,7 +68,8 @@ def test_two_process_zero2_matches_single_process(tmp_path):
     events = read_jsonl(double / "metrics.jsonl")
     assert json.loads((double / "metrics.json").read_text())["step"] == 16
     assert "processes | 2" in (double / "report.md").read_text()
-    assert {e["kind"] for e in events} == {"train", "eval"}
+    assert {e["kind"] for e in events} == {"train", "eval", "sync"}
+    assert all(e["ranks_in_sync"] for e in events if e["kind"] == "sync")
     w1 = load_file(str(single / "checkpoints/step-00000016/model.safetensors"))
     w2 = load_file(str(double / "checkpoints/step-00000016/model.safetensors"))
     assert max((w1[k] - w2[k]).abs().max().item() for k in w1) < 1e-4

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from mtft.gradients import PerObjectiveGradients, reference_objective_gradients
+from mtft.pareto import SolverInputError
 from mtft.training.gram_step import GramWeightedStep
 from mtft.training.step import LossWeightedStep
 from mtft.weighting import MeanWeighting, Weighting
@@ -42,7 +43,7 @@ class FixedGramWeighting(Weighting):
     def __call__(self, losses, gram):
         self.seen = gram
         if self.fail:
-            raise ValueError("gram has NaN/inf entries")
+            raise SolverInputError("gram has NaN/inf entries")
         return np.asarray(self.weights if self.weights is not None else np.full(len(losses), 1 / len(losses)))
 
 

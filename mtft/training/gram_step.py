@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from mtft.gradients import PerObjectiveGradients
+from mtft.pareto import SolverInputError
 from mtft.training.distributed import all_reduce_sum
 from mtft.training.step import StepResult
 from mtft.weighting import Weighting
@@ -72,7 +73,7 @@ class GramWeightedStep:
             solve_start = time.perf_counter()
             w = self.weighting(losses[present].numpy(), sub)
             extras["weighting_s"] = time.perf_counter() - solve_start
-        except ValueError as error:  # the solver refuses NaN/inf Grams with a ValueError subclass
+        except SolverInputError as error:  # a NaN/inf Gram: skip the step on every rank alike
             self.steps += 1
             extras.update(skipped=1.0)
             self.skip_reason = str(error)

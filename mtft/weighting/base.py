@@ -1,8 +1,8 @@
-"""The weighting API: per-objective losses (and the Gram of their gradients) in, non-negative weights out.
+"""The weighting API: per-objective losses (and the Gram of their gradients) in, weights out.
 
 Each training step produces, for the T objectives present in it, the losses L = (L_1 … L_T) and -- when the
 weighting asks for it with ``needs_gram`` -- the T×T Gram matrix G_ts = g_tᵀ g_s of the objectives'
-gradients with respect to the shared parameters. A :class:`Weighting` maps them to weights w ≥ 0, and the
+gradients with respect to the shared parameters. A :class:`Weighting` maps them to weights w, and the
 update applied is the gradient of Σ_t w_t L_t (so a parameter private to one objective receives w_t times
 its gradient). Everything is float64 NumPy: weightings are small dense linear algebra.
 """
@@ -21,7 +21,8 @@ class Weighting:
     needs_gram: ClassVar[bool] = False
 
     def __call__(self, losses: np.ndarray, gram: Optional[np.ndarray] = None) -> np.ndarray:
-        """Weights (float64, shape (T,), all ≥ 0) for the T present objectives."""
+        """Weights (float64, shape (T,)) for the T present objectives: on the simplex for the min-norm
+        methods; ≥ 0 for most others (IMTL-G may weight a conflicting objective negatively, as its paper does)."""
         raise NotImplementedError
 
     def state(self) -> dict[str, float]:

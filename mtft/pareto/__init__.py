@@ -1,0 +1,10 @@
+"""The Pareto min-norm problem of LF-MLF (SPEC §1, Problem 2): exact solver, certificate, cvxpy reference.
+
+    w, cert = solve_min_norm(gram)            # w ≥ 0, Σw = 1, minimising wᵀGw; cert.theorem2 ≥ 0 at the optimum
+    w, cert = solve_min_norm(gram, backend="cvxpy")   # the same problem through cvxpy/Clarabel
+"""
+
+from mtft.pareto.cvxpy_backend import cvxpy_problem
+from mtft.pareto.solver import Certificate, SolverInputError, certify, check_gram, solve_min_norm, to_simplex
+
+__all__ = ["Certificate", "SolverInputError", "certify", "check_gram", "cvxpy_problem", "solve_min_norm", "to_simplex"]

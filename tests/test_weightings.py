@@ -1,0 +1,258 @@
+"""Gram-based weightings (mtft.weighting.gram_methods): each against the property that defines it, checked
+with explicit gradient vectors (rows of A, Gram A Aᵀ) -- the methods themselves only ever see the Gram."""
+
+from __future__ import annotations
+
+import cvxpy as cp
+import numpy as np
+import pytest
+
+from mtft.pareto import SolverInputError, solve_min_norm
+from mtft.weighting import WEIGHTINGS, build_weighting
+from mtft.weighting.gram_methods import CAGrad, PCGrad, UPGrad
+
+GRAM_METHODS = ["lfmlf", "mgda_normalized", "pcgrad", "cagrad", "imtl_g", "upgrad"]
+NON_NEGATIVE = [m for m in GRAM_METHODS if m != "imtl_g"]  # IMTL-G's α can be negative by definition
+
+
+def _gradients(seed: int, T: int = 6, n: int = 10) -> np.ndarray:
+    """Gaussian rows of varied norms: about half of the pairs conflict (negative dot product)."""
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((T, n)) * np.exp(rng.uniform(-1, 1, size=(T, 1)))
+
+
+CASES = [(seed, T, n) for seed, (T, n) in enumerate([(3, 5), (5, 3), (6, 10), (8, 20), (12, 4), (15, 40)])]
+
+
+@pytest.mark.parametrize("name", GRAM_METHODS)
+def test_registered_with_needs_gram(name):
+    assert name in WEIGHTINGS and WEIGHTINGS[name].needs_gram is True
+    assert build_weighting(name).name == name
+
+
+@pytest.mark.parametrize("name", GRAM_METHODS)
+def test_single_objective_gets_weight_one(name):
+    w = build_weighting(name)(np.array([0.7]), np.array([[2.5]]))
+    assert w.dtype == np.float64 and w.tolist() == [1.0]
+
+
+@pytest.mark.parametrize("name", GRAM_METHODS)
+@pytest.mark.parametrize("zeros", [[1], [0, 3], [0, 1, 2, 3]])
+def test_zero_gradients_give_finite_weights(name, zeros):
+    a = _gradients(1, T=4, n=6)
+    a[zeros] = 0.0
+    m = build_weighting(name)
+    w = m(np.ones(4), a @ a.T)
+    assert w.shape == (4,) and np.isfinite(w).all()
+    assert all(np.isfinite(v) for v in m.state().values())
+    if name in NON_NEGATIVE:
+        assert (w >= 0).all()
+
+
+@pytest.mark.parametrize("name", GRAM_METHODS)
+def test_bad_input(name):
+    m = build_weighting(name)
+    with pytest.raises(SolverInputError):
+        m(np.ones(2), np.array([[1.0, np.nan], [np.nan, 1.0]]))
+    with pytest.raises(ValueError):
+        m(np.ones(3), np.eye(2))
+
+
+@pytest.mark.parametrize("name", NON_NEGATIVE)
+@pytest.mark.parametrize("seed, T, n", CASES)
+def test_weights_non_negative(name, seed, T, n):
+    a = _gradients(seed, T, n)
+    w = build_weighting(name)(np.ones(T), a @ a.T)
+    assert w.dtype == np.float64 and w.shape == (T,) and (w >= 0).all() and w.sum() > 0
+
+
+@pytest.mark.parametrize("seed, T, n", CASES)
+def test_lfmlf_is_the_min_norm_point_and_satisfies_theorem2(seed, T, n):
+    a = _gradients(seed, T, n)
+    gram = a @ a.T
+    m = build_weighting("lfmlf")
+    w = m(np.ones(T), gram)
+    _, ref = solve_min_norm(gram, backend="cvxpy")
+    d = w @ a
+    scale = np.diag(gram).max()
+    assert abs(w.sum() - 1) < 1e-12 and (w >= 0).all()
+    assert d @ d <= ref.objective * (1 + 1e-9) + 1e-12 * scale
+    assert (a @ d).min() >= d @ d - 1e-9 * scale  # Theorem 2: dᵀg_t ≥ ||d||² for every t
+    s = m.state()
+    assert s["d_norm_sq"] == pytest.approx(d @ d, rel=1e-9, abs=1e-15)
+    assert s["stationarity"] == pytest.approx(d @ d / np.diag(gram).mean(), rel=1e-9, abs=1e-15)
+    assert {"objective", "fw_gap", "kkt_residual", "theorem2", "iterations", "seconds"} <= set(s)
+    w2 = m(np.ones(T), gram)  # warm-started from w: same answer
+    assert np.allclose(w2 @ a, d, atol=1e-9 * np.sqrt(scale))
+
+
+def test_lfmlf_cvxpy_solver_option():
+    a = _gradients(3, 6, 10)
+    w_exact = build_weighting("lfmlf")(np.ones(6), a @ a.T)
+    w_cvx = WEIGHTINGS["lfmlf"](solver="cvxpy")(np.ones(6), a @ a.T)
+    assert np.allclose(w_exact @ a, w_cvx @ a, atol=1e-6)
+    with pytest.raises(ValueError):
+        WEIGHTINGS["lfmlf"](solver="nope")
+
+
+def test_lfmlf_pareto_stationary():
+    a = np.array([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0]])  # g_1 + g_2 = 0
+    m = build_weighting("lfmlf")
+    w = m(np.ones(3), a @ a.T)
+    assert np.allclose(w @ a, 0, atol=1e-12) and m.state()["stationarity"] < 1e-20
+
+
+@pytest.mark.parametrize("seed, T, n", CASES)
+def test_mgda_normalized_is_min_norm_of_unit_gradients(seed, T, n):
+    a = _gradients(seed, T, n)
+    norms = np.linalg.norm(a, axis=1)
+    u = a / norms[:, None]
+    w = build_weighting("mgda_normalized")(np.ones(T), a @ a.T)
+    assert abs(w.sum() - 1) < 1e-12
+    v = w * norms / (w * norms).sum()  # the simplex weights on the unit vectors: Σ w_t g_t ∝ Σ v_t u_t
+    assert np.allclose((w @ a) * (w * norms).sum() ** -1, v @ u, atol=1e-12)
+    _, ref = solve_min_norm(u @ u.T, backend="cvxpy")
+    du = v @ u
+    assert du @ du <= ref.objective * (1 + 1e-9) + 1e-12
+    assert (u @ du).min() >= du @ du - 1e-9
+
+
+def test_mgda_normalized_zero_gradient_gets_zero_weight():
+    a = _gradients(2, 4, 6)
+    a[2] = 0.0
+    w = build_weighting("mgda_normalized")(np.ones(4), a @ a.T)
+    assert w[2] == 0.0 and abs(w.sum() - 1) < 1e-12
+
+
+def _pcgrad_vectors(a: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """PCGrad on explicit vectors (Yu et al. 2020, Algorithm 1), same permutation protocol as PCGrad."""
+    T = len(a)
+    out = np.zeros(a.shape[1])
+    for t in range(T):
+        g = a[t].copy()
+        for s in rng.permutation(T):
+            if s == t or a[s] @ a[s] == 0:
+                continue
+            if g @ a[s] < 0:
+                g -= (g @ a[s]) / (a[s] @ a[s]) * a[s]
+        out += g
+    return out
+
+
+@pytest.mark.parametrize("seed, T, n", CASES)
+def test_pcgrad_matches_the_vector_implementation(seed, T, n):
+    a = _gradients(seed, T, n)
+    m = PCGrad(seed=seed)
+    rng = np.random.default_rng(seed)
+    for _ in range(3):  # the permutation stream continues across calls
+        w = m(np.ones(T), a @ a.T)
+        assert np.allclose(w @ a, _pcgrad_vectors(a, rng), atol=1e-10 * np.abs(a).max())
+        assert w.sum() >= 1 - 1e-12
+    assert np.allclose(PCGrad(seed=seed, reduction="mean")(np.ones(T), a @ a.T) * T,
+                       PCGrad(seed=seed)(np.ones(T), a @ a.T))
+
+
+def test_pcgrad_no_conflict_is_sum():
+    a = np.abs(_gradients(4, 5, 7))  # all pairwise dots positive: nothing is projected
+    assert np.allclose(PCGrad()(np.ones(5), a @ a.T), 1.0)
+
+
+def _cagrad_primal(a: np.ndarray, c: float) -> np.ndarray:
+    """CAGrad's primal on explicit vectors: max_d min_t g_tᵀd s.t. ||d − g_0|| ≤ c||g_0||."""
+    g0 = a.mean(axis=0)
+    d = cp.Variable(a.shape[1])
+    problem = cp.Problem(cp.Maximize(cp.min(a @ d)), [cp.norm(d - g0) <= c * np.linalg.norm(g0)])
+    problem.solve(solver=cp.CLARABEL)
+    return d.value
+
+
+@pytest.mark.parametrize("seed, T, n", CASES)
+@pytest.mark.parametrize("c", [0.4, 0.9])
+def test_cagrad_solves_its_primal(seed, T, n, c):
+    a = _gradients(seed, T, n)
+    gram = a @ a.T
+    w = CAGrad(c=c)(np.ones(T), gram)
+    d, d_ref = w @ a, _cagrad_primal(a, c)
+    g0 = a.mean(axis=0)
+    radius = c * np.linalg.norm(g0)
+    assert np.linalg.norm(d - g0) <= radius * (1 + 1e-9)  # feasible
+    # as good as the reference (whose d is accurate only to ~sqrt of Clarabel's tolerance)
+    assert (a @ d).min() >= (a @ d_ref).min() - 1e-7 * np.linalg.norm(g0) ** 2
+    assert np.allclose(d, d_ref, atol=1e-3 * np.linalg.norm(g0))
+    # rescale divides by the documented factors
+    assert np.allclose(CAGrad(c=c, rescale=1)(np.ones(T), gram), w / (1 + c**2), rtol=1e-6)
+    assert np.allclose(CAGrad(c=c, rescale=2)(np.ones(T), gram), w / (1 + c), rtol=1e-6)
+
+
+@pytest.mark.parametrize("seed, T, n", CASES + [(9, 48, 100), (10, 48, 20)])
+def test_cagrad_dual_optimality_condition(seed, T, n):
+    a = _gradients(seed, T, n)
+    g = a @ a.T
+    g /= np.diag(g).max()
+    b = g.mean(axis=1)
+    sqrt_phi = 0.4 * np.sqrt(b.mean())
+    w = CAGrad.solve_dual(g, b, sqrt_phi)
+    grad = b + sqrt_phi * (g @ w) / np.sqrt(w @ g @ w)
+    support = w > 0
+    # KKT on the simplex (F is convex): the gradient is minimal and constant on the support
+    assert np.ptp(grad[support]) <= 1e-12 and grad.min() >= grad[support].max() - 1e-12
+
+
+@pytest.mark.parametrize("seed, T, n", CASES)
+def test_imtl_g_equal_projections(seed, T, n):
+    a = _gradients(seed, T, n)
+    w = build_weighting("imtl_g")(np.ones(T), a @ a.T)
+    u = a / np.linalg.norm(a, axis=1, keepdims=True)
+    proj = u @ (w @ a)
+    assert abs(w.sum() - 1) < 1e-9
+    if n >= T - 1:  # T − 1 independent equations: solvable exactly when the g's span enough dimensions
+        assert np.ptp(proj) <= 1e-8 * np.abs(proj).max()
+
+
+def test_imtl_g_two_objectives_closed_form():
+    a = np.array([[3.0, 0.0], [0.0, 1.0]])
+    w = build_weighting("imtl_g")(np.ones(2), a @ a.T)
+    assert np.allclose(w, [0.25, 0.75])  # α_t ∝ 1/||g_t||: the bisector of the unit vectors
+    w = build_weighting("imtl_g")(np.ones(3), np.vstack([a, a[:1]]) @ np.vstack([a, a[:1]]).T)
+    d = w @ np.vstack([a, a[:1]])
+    assert np.isclose(d @ a[0] / 3.0, d @ a[1])  # a duplicate objective changes nothing
+
+
+def _project_dual_cone(a: np.ndarray, x: np.ndarray) -> np.ndarray:
+    p = cp.Variable(a.shape[1])
+    cp.Problem(cp.Minimize(cp.sum_squares(p - x)), [a @ p >= 0]).solve(solver=cp.CLARABEL)
+    return p.value
+
+
+@pytest.mark.parametrize("seed, T, n", CASES)
+def test_upgrad_projects_each_row_onto_the_dual_cone(seed, T, n):
+    a = _gradients(seed, T, n)
+    gram = a @ a.T
+    scale = np.diag(gram).max()
+    v = UPGrad.project_rows(gram / scale)
+    w = build_weighting("upgrad")(np.ones(T), gram)
+    assert np.allclose(w, v.mean(axis=0))
+    for i in range(T):
+        p = v[i] @ a
+        assert (a @ p).min() >= -1e-9 * scale  # in the dual cone
+        assert (v[i] >= np.eye(T)[i] - 1e-12).all()
+        ref = _project_dual_cone(a, a[i])
+        # the closest such point: no worse than the reference projection
+        assert np.linalg.norm(p - a[i]) <= np.linalg.norm(ref - a[i]) + 1e-6 * np.sqrt(scale)
+        assert np.allclose(p, ref, atol=1e-5 * np.sqrt(scale))
+
+
+def test_cagrad_pareto_stationary_and_zero_mean():
+    a = np.array([[1.0, 0.0], [-1.0, 0.0]])  # g_0 = 0: d = g_0 = 0, weights 1/T
+    assert np.allclose(CAGrad()(np.ones(2), a @ a.T), [0.5, 0.5])
+    # 0 in the hull, g_0 = (0, 1/3): F(w) = w_3/3 + sqrt(φ)||g_w|| ≥ 0 = F at g_w = 0, so d = g_0
+    a = np.array([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0]])
+    m = CAGrad()
+    assert np.allclose(m(np.ones(3), a @ a.T), 1 / 3) and m.state()["stationary"] == 1.0
+    # 0 in the hull but F < 0 reachable: a genuine g_w ≠ 0, still feasible for the primal
+    a = np.array([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0], [-0.5, -0.2]])
+    w = CAGrad(c=0.2)(np.ones(4), a @ a.T)
+    d, g0 = w @ a, a.mean(axis=0)
+    assert np.isfinite(w).all() and (w >= 0).all()
+    assert np.linalg.norm(d - g0) <= 0.2 * np.linalg.norm(g0) * (1 + 1e-9)
+    assert (a @ d).min() >= (a @ _cagrad_primal(a, 0.2)).min() - 1e-7
