@@ -165,3 +165,23 @@ def test_unsupported_trainable_modules_are_named(tmp_path):
     model.extra = torch.nn.Conv1d(2, 2, 1)
     with pytest.raises(ValueError, match=r"extra \(Conv1d\)"):
         PerObjectiveGradients(model, 3)
+
+
+def test_consecutive_steps_start_from_clean_buffers(tmp_path):
+    """Buffers are cleared lazily (dense) and by touched rows (embeddings): a second step with other
+    objectives and tokens must see only its own gradients."""
+    model, tok = tiny_model(tmp_path)
+    model = model.double()
+    first = make_batch(tok, **MIXED)
+    second = make_batch(tok, objectives=[1, 1, 0, 0], heads=[0, 0, 1, 1], labels=[0, 1, 2, 0],
+                        texts=["theta zeta", "eta", "gamma gamma gamma", "delta epsilon"])
+    weighting = FixedGramWeighting()
+    params = [p for p in model.parameters() if p.requires_grad]
+    step = GramWeightedStep(FakeEngine(model), weighting, 3, 1, shared=params)
+    for batch in (first, second):
+        model.zero_grad()
+        step([batch])
+        _, counts = model(**batch)
+        present = counts > 0
+        reference = reference_objective_gradients(model, batch, params, 3)[present] / counts.detach()[present, None]
+        np.testing.assert_allclose(weighting.seen, (reference @ reference.t()).numpy(), rtol=1e-10, atol=1e-14)

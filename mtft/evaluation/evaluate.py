@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from statistics import mean
 
-import torch
 
 from mtft.data.batching import BatchBuilder
 from mtft.data.pipeline import PreparedData

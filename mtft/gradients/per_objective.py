@@ -10,7 +10,8 @@ with respect to a weight is the sum, over t's examples, of the usual per-example
     LayerNorm:  ∂L_t/∂γ = Σ_{n∈t} δ_n ⊙ x̂_n        ∂L_t/∂β = Σ_{n∈t} δ_n
 
 Forward hooks keep each layer's input; a hook on its output receives δ during the backward pass of
-Σ_t sum_t; the products are summed per objective into a (T, *shape) buffer per parameter. With the batch
+Σ_t sum_t; the products are summed per objective into a (T, *shape) buffer per parameter (written in place,
+and cleared lazily: the buffers are T times the trainable parameters, so every pass over them counts). With the batch
 sorted by objective the rows of each objective are one contiguous slice, so a layer costs one matrix product
 per present objective -- together the same arithmetic as the ordinary weight gradient, which is skipped (the
 forward runs on detached parameters). Libraries for per-sample gradients (Opacus, torch.func) materialise one
@@ -67,17 +68,29 @@ class PerObjectiveGradients:
                 "per-objective gradients cover Linear, Embedding and LayerNorm parameters; these modules hold "
                 f"other trainable parameters: {', '.join(unsupported)}"
             )
-        params = list(self.names)
+        # Embedding weights first: their gradients are sparse in rows, so the dense rest is one contiguous block.
+        params = sorted(self.names, key=lambda p: not self._is_embedding(p))
+        self.embeddings = [p for p in params if self._is_embedding(p)]
         dtype = dtype or (torch.float64 if params and params[0].dtype == torch.float64 else torch.float32)
         sizes = [p.numel() for p in params]
         self.flat = torch.zeros(num_objectives, sum(sizes), dtype=dtype, device=params[0].device if params else None)
+        self.dense_start = sum(p.numel() for p in self.embeddings)
         self.views: dict[nn.Parameter, torch.Tensor] = {}
+        self.index = {p: i for i, p in enumerate(params)}
         offset = 0
         for p, size in zip(params, sizes):
             self.views[p] = self.flat[:, offset : offset + size].view(num_objectives, *p.shape)
             offset += size
+        # Rows of each embedding that this step touched: only they are non-zero in its buffers.
+        self.row_mask = {p: torch.zeros(p.shape[0], dtype=torch.bool, device=p.device) for p in self.embeddings}
         self._handles: list = []
         self._active = False
+        # (parameter, objective) pairs written since zero(): the first write overwrites, later ones add, and
+        # finalize() zeroes the rest -- cheaper than clearing all T × P floats every step.
+        self._touched: set[tuple[int, int]] = set()
+
+    def _is_embedding(self, param: nn.Parameter) -> bool:
+        return any(isinstance(m, nn.Embedding) and m.weight is param for m in self.modules)
 
     # ------------------------------------------------------------------------------------------------
     def attach(self) -> "PerObjectiveGradients":
@@ -98,7 +111,31 @@ class PerObjectiveGradients:
             self._active = False
 
     def zero(self) -> None:
-        self.flat.zero_()
+        """Start a new optimizer step. Dense buffers are cleared lazily (see :meth:`finalize`); embedding
+        buffers are zero outside the rows the last step touched, so only those rows are cleared."""
+        self._touched.clear()
+        for p, mask in self.row_mask.items():
+            self.views[p].index_fill_(1, mask.nonzero(as_tuple=True)[0], 0)
+            mask.zero_()
+
+    def finalize(self) -> None:
+        """Zero every dense (parameter, objective) slice that no example of the step wrote; on several
+        ranks, make every rank's row masks the union, as the all-reduced buffers will be."""
+        for p, view in self.views.items():
+            if p in self.row_mask:
+                continue
+            for t in range(self.num_objectives):
+                if (self.index[p], t) not in self._touched:
+                    view[t].zero_()
+                    self._touched.add((self.index[p], t))
+        if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+            for mask in self.row_mask.values():
+                union = mask.to(torch.float32)
+                torch.distributed.all_reduce(union)
+                mask.copy_(union > 0)
+
+    def touched_rows(self, param: nn.Parameter) -> torch.Tensor:
+        return self.row_mask[param].nonzero(as_tuple=True)[0]
 
     # ------------------------------------------------------------------------------------------------
     def _forward_hook(self, module: nn.Module, inputs: tuple, output: torch.Tensor):
@@ -127,62 +164,88 @@ class PerObjectiveGradients:
             self._layer_norm(module, x, segments, grad)
 
     def _linear(self, module: nn.Linear, x, segments, grad) -> None:
-        weight, bias = self._view(module.weight), self._view(module.bias)
         for t, rows in segments:
             g = grad[rows].reshape(-1, grad.shape[-1])
-            if weight is not None:
-                weight[t] += (g.t() @ x[rows].reshape(-1, x.shape[-1])).to(weight.dtype)
-            if bias is not None:
-                bias[t] += g.sum(0).to(bias.dtype)
+            if module.weight in self.views:
+                self._write_product(module.weight, t, g.t(), x[rows].reshape(-1, x.shape[-1]))
+            if module.bias is not None and module.bias in self.views:
+                self._write(module.bias, t, g.sum(0))
 
     def _embedding(self, module: nn.Embedding, ids, segments, grad) -> None:
-        weight = self._view(module.weight)
         for t, rows in segments:
             index, g = ids[rows].reshape(-1), grad[rows].reshape(-1, grad.shape[-1])
             if module.padding_idx is not None:  # nn.Embedding gives the padding row no gradient
                 keep = index != module.padding_idx
                 index, g = index[keep], g[keep]
-            weight[t].index_add_(0, index, g.to(weight.dtype))
+            self.row_mask[module.weight][index] = True
+            self.views[module.weight][t].index_add_(0, index, g.to(self.flat.dtype))
 
     def _layer_norm(self, module: nn.LayerNorm, x, segments, grad) -> None:
-        weight, bias = self._view(module.weight), self._view(module.bias)
-        normalised = nn.functional.layer_norm(x, module.normalized_shape, eps=module.eps) if weight is not None else None
+        has_weight = module.weight is not None and module.weight in self.views
+        normalised = nn.functional.layer_norm(x, module.normalized_shape, eps=module.eps) if has_weight else None
         width = int(torch.tensor(module.normalized_shape).prod())
         for t, rows in segments:
             g = grad[rows].reshape(-1, width)
-            if weight is not None:
-                weight[t] += (g * normalised[rows].reshape(-1, width)).sum(0).view_as(weight[t]).to(weight.dtype)
-            if bias is not None:
-                bias[t] += g.sum(0).view_as(bias[t]).to(bias.dtype)
+            if has_weight:
+                self._write(module.weight, t, (g * normalised[rows].reshape(-1, width)).sum(0))
+            if module.bias is not None and module.bias in self.views:
+                self._write(module.bias, t, g.sum(0))
 
-    def _view(self, param: Optional[nn.Parameter]) -> Optional[torch.Tensor]:
-        return self.views.get(param) if param is not None else None
+    def _target(self, param: nn.Parameter, t: int) -> torch.Tensor:
+        """Objective t's buffer of ``param``; ``self._first`` says whether this step has written it yet."""
+        key = (self.index[param], t)
+        self._first = key not in self._touched
+        self._touched.add(key)
+        return self.views[param][t]
+
+    def _write(self, param: nn.Parameter, t: int, value: torch.Tensor) -> None:
+        target = self._target(param, t)
+        value = value.reshape(target.shape).to(target.dtype)
+        target.copy_(value) if self._first else target.add_(value)
+
+    def _write_product(self, param: nn.Parameter, t: int, a: torch.Tensor, b: torch.Tensor) -> None:
+        target = self._target(param, t)
+        if a.dtype != target.dtype:
+            return self._write(param, t, a @ b)
+        if self._first:
+            torch.mm(a, b, out=target)
+        else:
+            target.addmm_(a, b)
 
     # ------------------------------------------------------------------------------------------------
     def named_views(self) -> Iterator[tuple[str, nn.Parameter, torch.Tensor]]:
         for p, view in self.views.items():
             yield self.names[p], p, view
 
-    def scale_objectives(self, factors: torch.Tensor) -> None:
-        """Multiply objective t's gradients by ``factors[t]`` (e.g. 1/count_t to turn sums into means)."""
-        self.flat.mul_(factors.to(self.flat.dtype).unsqueeze(1))
-
     def gram(self, params: list[nn.Parameter]) -> torch.Tensor:
-        """G_ts = g_tᵀ g_s over ``params``, in float64."""
+        """G_ts = g_tᵀ g_s over ``params``, in float64: embeddings over their touched rows only, the dense
+        rest in one matrix product when every dense parameter is included."""
+        params = set(params)
+        dense = [p for p in self.views if p not in self.row_mask]
+        blocks = [self.views[p][:, self.touched_rows(p)] for p in self.embeddings if p in params]
+        if dense and params.issuperset(dense):
+            blocks.append(self.flat[:, self.dense_start :])
+        else:
+            blocks += [self.views[p] for p in dense if p in params]
         gram = torch.zeros(self.num_objectives, self.num_objectives, dtype=torch.float64)
-        for p in params:
-            flat = self.views[p].reshape(self.num_objectives, -1)
-            gram += (flat @ flat.t()).double().cpu()
+        for block in blocks:
+            block = block.reshape(self.num_objectives, -1)
+            gram += (block @ block.t()).double().cpu()
         return gram
 
     def combine(self, weights: torch.Tensor) -> dict[nn.Parameter, torch.Tensor]:
-        """Σ_t w_t g_t for every parameter."""
+        """Σ_t w_t g_t for every parameter (weights may fold in a per-objective scale such as 1/count_t)."""
         w = weights.to(self.flat.dtype).to(self.flat.device)
-        combined = (w @ self.flat).detach()
+        dense = w @ self.flat[:, self.dense_start :]
         out, offset = {}, 0
         for p in self.views:
-            out[p] = combined[offset : offset + p.numel()].view_as(p)
-            offset += p.numel()
+            if p in self.row_mask:
+                rows = self.touched_rows(p)
+                out[p] = torch.zeros(p.shape, dtype=self.flat.dtype, device=self.flat.device)
+                out[p][rows] = torch.einsum("t,t...->...", w, self.views[p][:, rows])
+            else:
+                out[p] = dense[offset : offset + p.numel()].view_as(p)
+                offset += p.numel()
         return out
 
 

@@ -58,13 +58,16 @@ class GramWeightedStep:
             examples += batch["input_ids"].shape[0] * self.world_size
         backward_seconds = time.perf_counter() - start
 
+        self.collector.finalize()
         counts, sums = all_reduce_sum(counts), all_reduce_sum(sums)
         if self.world_size > 1:
             torch.distributed.all_reduce(self.collector.flat)
         present = counts > 0
-        self.collector.scale_objectives(torch.where(present, 1.0 / counts.clamp(min=1), 0.0))
+        # The buffers hold gradients of the loss *sums*; g_t = that / count_t. The scale is folded into the
+        # Gram (D G D) and the combination weights instead of a pass over the T × P buffers.
+        scale = torch.where(present, 1.0 / counts.clamp(min=1), 0.0)
         losses = torch.where(present, sums / counts.clamp(min=1), torch.nan)
-        gram = self.collector.gram(self.shared)
+        gram = self.collector.gram(self.shared) * scale[:, None] * scale[None, :]
         sub = gram[present][:, present].numpy()
 
         weights = torch.zeros(self.num_objectives, dtype=torch.float64)
@@ -79,7 +82,7 @@ class GramWeightedStep:
             self.skip_reason = str(error)
             return StepResult(losses, counts, weights, float("nan"), examples, extras)
         weights[present] = torch.as_tensor(np.asarray(w, dtype=np.float64))
-        combined = self.collector.combine(weights)
+        combined = self.collector.combine(weights * scale)
         surrogate = sum((p * combined[p].to(p.dtype)).sum() for p in combined)
         self.engine.backward(surrogate)
         self.engine.step()

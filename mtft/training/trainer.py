@@ -11,11 +11,10 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import datasets
 import torch
-import yaml
 from tqdm import tqdm
 
 from mtft.config.load import config_to_yaml
@@ -23,23 +22,24 @@ from mtft.config.schema import RunConfig
 from mtft.data.batching import BatchBuilder
 from mtft.data.pipeline import PreparedData, prepare_data
 from mtft.data.sampler import MultiObjectiveSampler, mixing_probabilities
-from mtft.errors import CheckpointError, ConfigError
+from mtft.errors import CheckpointError
 from mtft.evaluation.evaluate import Evaluation, evaluate
-from mtft.models.backbone import build_encoder
-from mtft.models.heads import build_head
-from mtft.models.multitask import MultiTaskModel
-from mtft.models.tokenizer import load_backbone_tokenizer, tiny_tokenizer
 from mtft.reporting.logs import MetricsLog, add_file_log, logger, setup_console_logging
 from mtft.reporting.report import write_report
 from mtft.training import checkpoint as ckpt
-from mtft.training.distributed import ProcessInfo, barrier, init_distributed
+from mtft.training.distributed import barrier, init_distributed
 from mtft.training.engine import deepspeed_config, initialize
 from mtft.training.gram_step import GramWeightedStep
+from mtft.training.setup import (
+    build_model,
+    check_metric_for_best,
+    check_output_dir,
+    heads_metadata,
+    make_tokenizer_factory,
+    shared_parameters,
+)
 from mtft.training.step import LossWeightedStep
 from mtft.weighting import build_weighting
-
-# Keys that may differ between an interrupted run and its resumption.
-_RESUME_FREE_KEYS = {("run", "resume"), ("run", "overwrite"), ("logging", "progress_bar")}
 
 
 class _Window:
@@ -73,89 +73,6 @@ class _Window:
         return values
 
 
-def cache_dir(config: RunConfig) -> Path:
-    return Path(config.data.cache_dir or os.environ.get("MTFT_CACHE") or Path.home() / ".cache" / "mtft")
-
-
-def make_tokenizer_factory(config: RunConfig):
-    model = config.model
-    if model.backbone == "tiny":
-        return lambda texts: tiny_tokenizer(texts, model.tiny.vocab_size, cache_dir(config))
-    return lambda texts: load_backbone_tokenizer(model.backbone, model.revision, model.trust_remote_code)
-
-
-def build_model(config: RunConfig, data: PreparedData) -> MultiTaskModel:
-    encoder = build_encoder(config.model, data.tokenizer, config.data.max_length, config.run.seed)
-    heads = {
-        name: build_head(td.task.head, encoder.config.hidden_size, td.label_names, config.model.classifier_dropout)
-        for name, td in data.tasks.items()
-    }
-    return MultiTaskModel(encoder, heads, num_objectives=len(data.objective_names))
-
-
-def heads_metadata(data: PreparedData) -> dict[str, Any]:
-    return {name: {"kind": td.task.head, "label_names": td.label_names} for name, td in data.tasks.items()}
-
-
-def shared_parameters(model: MultiTaskModel, data: PreparedData, mode: str) -> list[torch.nn.Parameter]:
-    """The parameters whose per-objective gradients form the Gram (``weighting.shared``).
-
-    ``auto``: those that more than one objective can update -- every encoder parameter, and a task's head
-    when several objectives (its languages) use it. With ``weighting.objectives: task`` the heads are private.
-    """
-    objectives_of_task: dict[str, set[int]] = {}
-    for unit, objective in zip(data.train_units, data.unit_objective):
-        objectives_of_task.setdefault(unit.task, set()).add(objective)
-    shared = []
-    for name, param in model.named_parameters():
-        if not param.requires_grad:
-            continue
-        is_head = name.startswith("heads.")
-        users = len(objectives_of_task.get(name.split(".")[1], ())) if is_head else len(data.objective_names)
-        if mode == "all" or (mode == "encoder" and not is_head) or (mode == "auto" and users > 1):
-            shared.append(param)
-    return shared
-
-
-def check_metric_for_best(config: RunConfig, data: PreparedData) -> None:
-    key = config.evaluation.metric_for_best
-    if key is None:
-        return
-    valid = [f"{name}/{m}" for name, td in data.tasks.items() for m in td.task.metrics]
-    valid += [f"{o.key}/{m}" for o in data.eval_objectives() for m in data.tasks[o.task].task.metrics]
-    if key not in valid:
-        raise ConfigError(f"evaluation.metric_for_best={key!r} is not a metric of this run; valid: {', '.join(valid)}")
-
-
-def check_output_dir(config: RunConfig) -> Optional[Path]:
-    """Refuse an output directory that holds something else; return the checkpoint to resume from."""
-    run_dir = Path(config.run.output_dir)
-    if not run_dir.exists() or not any(run_dir.iterdir()):
-        return None
-    saved = run_dir / "config.yaml"
-    if not saved.is_file():
-        raise ConfigError(f"output directory {run_dir} is not empty and holds no mtft run; choose another run.output_dir")
-    if config.run.overwrite and not config.run.resume:
-        return None
-    if not config.run.resume:
-        raise ConfigError(
-            f"output directory {run_dir} holds another run; set run.resume=true to continue it, "
-            "run.overwrite=true to replace it, or choose another run.output_dir"
-        )
-    differences = _config_differences(yaml.safe_load(saved.read_text()), config.model_dump(mode="json"))
-    if differences:
-        raise ConfigError(f"cannot resume {run_dir}: the config differs at {', '.join(differences[:5])}")
-    return ckpt.latest_checkpoint(run_dir)
-
-
-def _config_differences(old: Any, new: Any, path: tuple = ()) -> list[str]:
-    if path in _RESUME_FREE_KEYS:
-        return []
-    if isinstance(old, dict) and isinstance(new, dict):
-        return [d for k in sorted(set(old) | set(new)) for d in _config_differences(old.get(k), new.get(k), (*path, k))]
-    return [] if old == new else [".".join(map(str, path))]
-
-
 class Run:
     """One fine-tuning run; :meth:`execute` returns the run directory."""
 
@@ -181,7 +98,7 @@ class Run:
         self.weighting = build_weighting(config.weighting.method, config.weighting.options)
         self.step_fn = self._build_step()
         self.sampler = self._sampler()
-        self.step, self.best, self.stationary_run, self.stopped_early = 0, None, 0, False
+        self.step, self.best, self.stationary_run = 0, None, 0
         if resume_from is not None:
             self._resume(resume_from)  # restores this rank's RNG state too
         else:
@@ -270,7 +187,6 @@ class Run:
                 logger.info(f"step {self.step}: Pareto-stationary for {cfg.weighting.stationarity_patience} steps "
                             f"(||d||²/mean||g_t||² < {cfg.weighting.stationarity_eps:g}); stopping")
                 self.log.log(self.step, "stopped", {"reason": "pareto_stationary"})
-                self.stopped_early = True
                 break
             if self.step % cfg.logging.every_steps == 0 or self.step == cfg.training.max_steps:
                 values = window.summary(self.data.objective_names)
