@@ -72,8 +72,8 @@ def _weighting_section(events: list[dict[str, Any]]) -> list[str]:
         e = steps[i]
         cells = [_fmt(e.get(f"weight/{n}")) for n in names]
         solver_ms = e.get("seconds", e.get("weighting_s"))
-        lines.append(f"| {e['step']} | " + " | ".join(cells) + f" | {_fmt(e.get('d_norm_sq'))} | "
-                     f"{_fmt(e.get('stationarity'))} | {_sci(e.get('fw_gap'))} | "
+        lines.append(f"| {e['step']} | " + " | ".join(cells) + f" | {_sci(e.get('d_norm_sq'))} | "
+                     f"{_sci(e.get('stationarity'))} | {_sci(e.get('fw_gap'))} | "
                      f"{_fmt(None if solver_ms is None else solver_ms * 1e3)} |")
     skipped = [e for e in events if e["kind"] == "skipped"]
     if skipped:
@@ -85,7 +85,7 @@ def _weighting_section(events: list[dict[str, Any]]) -> list[str]:
 
 
 def _sci(value: Optional[float]) -> str:
-    return "–" if value is None else f"{value + 0.0:.1e}"  # + 0.0 turns -0.0 into 0.0
+    return "–" if value is None else f"{value + 0.0:.2e}"  # + 0.0 turns -0.0 into 0.0
 
 
 def _fmt(value: Optional[float]) -> str:
