@@ -131,3 +131,25 @@ def test_cli_print_config_and_error_exit(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "Traceback" not in result.stderr
     assert result.stderr.startswith("error: configs/demo.yaml [command line]: training.max_steps")
+
+
+def test_deepspeed_config_comes_from_the_run_config(tmp_path, monkeypatch):
+    from mtft.training.engine import deepspeed_config
+
+    monkeypatch.chdir(REPO)
+    config = load_config(REPO / "configs/demo.yaml", ["training.gradient_clipping=0.5", "weighting.method=mean",
+                                                      "training.gradient_accumulation_steps=3",
+                                                      "training.deepspeed_config=configs/deepspeed/zero2.json"])
+    ds = deepspeed_config(config, world_size=2)
+    assert ds["gradient_clipping"] == 0.5 and ds["zero_optimization"]["stage"] == 2
+    assert (ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"], ds["train_batch_size"]) == (32, 3, 192)
+    assert ds["bf16"] == {"enabled": False}  # no GPU here: auto precision is fp32
+    # a Gram weighting accumulates the micro-batches itself and hands DeepSpeed one combined gradient
+    config.weighting.method = "lfmlf"
+    assert (deepspeed_config(config, 2)["train_micro_batch_size_per_gpu"],
+            deepspeed_config(config, 2)["gradient_accumulation_steps"]) == (96, 1)
+    clash = tmp_path / "ds.json"
+    clash.write_text('{"gradient_clipping": 1.0, "zero_optimization": {"stage": 1}}')
+    config.training.deepspeed_config = str(clash)
+    with pytest.raises(ConfigError, match="remove gradient_clipping from the DeepSpeed JSON"):
+        deepspeed_config(config, 1)

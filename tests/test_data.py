@@ -229,3 +229,20 @@ def test_fixtures_are_what_the_generator_writes():
     result = subprocess.run([sys.executable, "-m", "mtft.fixtures", "--check"], cwd=REPO, capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("suffix", ["csv", "parquet", "json"])
+def test_csv_parquet_and_json_files_load_through_the_same_path(tmp_path, suffix):
+    import pandas as pd
+
+    user_task(tmp_path / "tasks")
+    for lang in ("en", "fr"):
+        for split in ("train", "validation"):
+            frame = pd.DataFrame(sentiment_rows(10))
+            path = tmp_path / "data" / f"{lang}-{split}.{suffix}"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            {"csv": lambda: frame.to_csv(path, index=False), "parquet": lambda: frame.to_parquet(path),
+             "json": lambda: frame.to_json(path, orient="records")}[suffix]()
+    data = prepare_data(sentiment_config(tmp_path, str(tmp_path / f"data/{{name}}-{{split}}.{suffix}")),
+                        tokenizer_factory)
+    assert data.tasks["sentiment"].train["en"]["labels"] == [0, 1] * 5
