@@ -54,6 +54,25 @@ class TinyEncoderSection(Section):
         return self
 
 
+class AdapterSection(Section):
+    method: Literal["full", "head", "multi_lora"] = Field(
+        "full",
+        description="full: fine-tune every encoder weight; head: frozen encoder, heads only; multi_lora: "
+        "Shared-A Multi-LoRA -- one frozen random A shared by all tasks, one trained B per task (SPEC §2).",
+    )
+    r: int = Field(8, ge=1, description="LoRA rank (multi_lora).")
+    alpha: float = Field(16.0, gt=0.0, description="LoRA alpha; the update is scaled by alpha / r.")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="LoRA dropout on the adapter's input.")
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["query", "value"],
+        description="Layers to adapt, matched by PEFT's rules (a name suffix, e.g. query, value, dense).",
+    )
+    init_a: Literal["peft", "gaussian"] = Field(
+        "peft", description="Initialisation of the shared A: peft (PEFT's default, trains at usual learning "
+        "rates) or gaussian (i.i.d. N(0,1), the paper's Algorithm 1)."
+    )
+
+
 class ModelSection(Section):
     backbone: str = Field(
         "tiny",
@@ -69,6 +88,7 @@ class ModelSection(Section):
         None, ge=0.0, lt=1.0, description="Override the backbone's hidden and attention dropout."
     )
     classifier_dropout: float = Field(0.1, ge=0.0, lt=1.0, description="Dropout inside the task heads.")
+    adapter: AdapterSection = Field(default_factory=AdapterSection, description="Fine-tuning method.")
     tiny: TinyEncoderSection = Field(default_factory=TinyEncoderSection, description="Tiny encoder shape.")
 
 
@@ -262,6 +282,17 @@ class RunConfig(Section):
     evaluation: EvaluationSection = Field(default_factory=EvaluationSection, description="Evaluation.")
     checkpointing: CheckpointSection = Field(default_factory=CheckpointSection, description="Checkpoints.")
     logging: LoggingSection = Field(default_factory=LoggingSection, description="Logging.")
+
+    @model_validator(mode="after")
+    def _gram_weighting_supports_adapter(self) -> "RunConfig":
+        from mtft.weighting import WEIGHTINGS
+
+        if self.model.adapter.method == "multi_lora" and WEIGHTINGS[self.weighting.method].needs_gram:
+            raise ValueError(
+                f"weighting.method={self.weighting.method} needs per-objective gradients, which do not cover "
+                "Multi-LoRA layers yet; use weighting.method=mean with model.adapter.method=multi_lora"
+            )
+        return self
 
     @model_validator(mode="after")
     def _resolve_output_dir(self) -> "RunConfig":

@@ -7,6 +7,7 @@ from typing import Mapping
 import torch
 from torch import nn
 
+from mtft.adapters.multi_lora.layer import adapter_rows
 from mtft.gradients.per_objective import objective_rows
 
 
@@ -24,6 +25,7 @@ class MultiTaskModel(nn.Module):
         self.encoder = encoder
         self.heads = nn.ModuleDict(dict(heads))
         self.num_objectives = num_objectives
+        self.head_position = {name: k for k, name in enumerate(self.heads)}
 
     def forward(
         self,
@@ -33,7 +35,7 @@ class MultiTaskModel(nn.Module):
         head_index: torch.Tensor,
         objective_index: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        with objective_rows(objective_index):
+        with objective_rows(objective_index), adapter_rows(head_index):  # Multi-LoRA: one B per task
             hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         sums = hidden.new_zeros(self.num_objectives)
         counts = hidden.new_zeros(self.num_objectives)
@@ -48,5 +50,7 @@ class MultiTaskModel(nn.Module):
 
     @torch.no_grad()
     def predict_logits(self, head: str, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        task = torch.full((input_ids.shape[0],), self.head_position[head], dtype=torch.long, device=input_ids.device)
+        with adapter_rows(task):
+            hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         return self.heads[head].logits(hidden)

@@ -17,9 +17,13 @@ def write_report(
     best: Optional[dict[str, Any]],
     task_metrics: dict[str, list[str]],
     languages: dict[str, list[str]],
+    parameters: Optional[list[tuple[str, int, int]]] = None,
 ) -> Path:
     lines = [f"# Run report: {title}", ""]
     lines += ["## Setup", "", "| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in setup] + [""]
+    if parameters:
+        lines += ["## Parameters", "", "| part | stored | trainable |", "|---|---:|---:|"]
+        lines += [f"| {part} | {stored:,} | {trainable:,} |" for part, stored, trainable in parameters] + [""]
     lines += ["## Training objectives", "", "| objective | training examples | mixing probability |", "|---|---:|---:|"]
     lines += [f"| {o['name']} | {o['examples']} | {o['probability']:.3f} |" for o in objectives] + [""]
     events = read_metrics(run_dir)

@@ -10,6 +10,7 @@ import torch
 import yaml
 
 from mtft.config.schema import RunConfig
+from mtft.adapters.methods import apply_method
 from mtft.data.pipeline import PreparedData
 from mtft.errors import ConfigError
 from mtft.models.backbone import build_encoder
@@ -35,6 +36,7 @@ def make_tokenizer_factory(config: RunConfig):
 
 def build_model(config: RunConfig, data: PreparedData) -> MultiTaskModel:
     encoder = build_encoder(config.model, data.tokenizer, config.data.max_length, config.run.seed)
+    apply_method(encoder, config.model.adapter, num_tasks=len(data.tasks), seed=config.run.seed)
     heads = {
         name: build_head(td.task.head, encoder.config.hidden_size, td.label_names, config.model.classifier_dropout)
         for name, td in data.tasks.items()

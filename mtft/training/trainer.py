@@ -17,6 +17,7 @@ import datasets
 import torch
 from tqdm import tqdm
 
+from mtft.adapters.methods import parameter_table
 from mtft.config.load import config_to_yaml
 from mtft.config.schema import RunConfig
 from mtft.data.batching import BatchBuilder
@@ -91,8 +92,11 @@ class Run:
         barrier()
         self.data = self._prepare_data_rank0_first()
         check_metric_for_best(config, self.data)
+        model = build_model(config, self.data)  # before the run directory: a bad backbone or adapter writes nothing
         self._create_run_dir()
-        model = build_model(config, self.data)
+        self.parameters = parameter_table(model)
+        logger.info(f"{config.model.adapter.method}: " + "; ".join(
+            f"{part} {stored:,} stored / {trainable:,} trainable" for part, stored, trainable in self.parameters))
         self.engine = initialize(model, config, self.proc.world_size)
         self.builder = BatchBuilder(self.data)
         self.weighting = build_weighting(config.weighting.method, config.weighting.options)
@@ -272,7 +276,7 @@ class Run:
             for i, unit in enumerate(self.data.train_units)
         ]
         setup = [
-            ("backbone", cfg.model.backbone), ("weighting", f"{cfg.weighting.method} over {cfg.weighting.objectives}"),
+            ("backbone", cfg.model.backbone), ("method", cfg.model.adapter.method), ("weighting", f"{cfg.weighting.method} over {cfg.weighting.objectives}"),
             ("optimizer", f"{cfg.training.optimizer.name}, lr {cfg.training.optimizer.lr:g}"),
             ("steps", str(self.step)), ("processes", str(self.proc.world_size)),
             ("global batch", str(cfg.training.micro_batch_size * cfg.training.gradient_accumulation_steps
@@ -284,6 +288,7 @@ class Run:
             self.run_dir, cfg.run.name, setup, objectives, final.metrics, self.best,
             {name: list(td.task.metrics) for name, td in self.data.tasks.items()},
             {name: td.languages for name, td in self.data.tasks.items()},
+            parameters=self.parameters,
         )
         logger.info(f"report: {path}")
 

@@ -1,0 +1,1 @@
+"""Parameter-efficient adapters and the fine-tuning methods: full, head-only, Shared-A Multi-LoRA."""
