@@ -11,9 +11,10 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModel, RobertaConfig
 
 from mtft.adapters.methods import parameter_table
-from mtft.adapters.multi_lora import MultiLoraConfig, MultiLoraLinear, adapter_rows, inject_multi_lora
+from mtft.adapters.multi_lora import MultiLoraConfig, MultiLoraLinear, inject_multi_lora
 from mtft.models.heads import SequenceClassificationHead
 from mtft.models.multitask import MultiTaskModel
+from mtft.models.rows import labelled_rows
 from tests.conftest import demo_overrides, read_jsonl, run_cli
 from tests.test_distributed import second_task
 from tests.test_model import tiny_model
@@ -61,13 +62,13 @@ def routed_model(tmp_path, tasks=3):
 def test_each_example_uses_only_its_tasks_b(tmp_path):
     model, enc = routed_model(tmp_path)
     tasks = torch.tensor([0, 1, 2, 0, 1, 2])
-    with adapter_rows(tasks):
+    with labelled_rows(task=tasks):
         before = model.encoder(**enc).last_hidden_state
     with torch.no_grad():
         for layer in model.modules():
             if isinstance(layer, MultiLoraLinear):
                 layer.lora_B[1] += 0.3  # perturb task 1's B only
-    with adapter_rows(tasks):
+    with labelled_rows(task=tasks):
         after = model.encoder(**enc).last_hidden_state
     changed = (after - before).abs().amax(dim=(1, 2)) > 1e-6
     assert changed.tolist() == [False, True, False, False, True, False]
@@ -76,10 +77,10 @@ def test_each_example_uses_only_its_tasks_b(tmp_path):
 def test_mixed_batch_equals_each_task_alone(tmp_path):
     model, enc = routed_model(tmp_path)
     tasks = torch.tensor([2, 0, 1, 1, 0, 2])
-    with adapter_rows(tasks):
+    with labelled_rows(task=tasks):
         mixed = model.encoder(**enc).last_hidden_state
     for i in range(6):
-        with adapter_rows(tasks[i : i + 1]):
+        with labelled_rows(task=tasks[i : i + 1]):
             alone = model.encoder(input_ids=enc["input_ids"][i : i + 1],
                                   attention_mask=enc["attention_mask"][i : i + 1]).last_hidden_state
         torch.testing.assert_close(mixed[i : i + 1], alone, rtol=1e-5, atol=1e-5)
@@ -114,13 +115,13 @@ def test_checkpoint_round_trip_is_bit_identical(tmp_path):
             torch.nn.init.normal_(layer.lora_A)
     other.load_state_dict(load_file(str(tmp_path / "m.safetensors")))
     tasks = torch.tensor([0, 1, 2, 0, 1, 2])
-    with adapter_rows(tasks):
+    with labelled_rows(task=tasks):
         assert torch.equal(model.encoder(**enc).last_hidden_state, other.encoder(**enc).last_hidden_state)
 
 
 def test_adapter_outside_routing_and_bad_targets_fail_clearly(tmp_path):
     model, enc = routed_model(tmp_path)
-    with pytest.raises(RuntimeError, match="outside adapter_rows"):
+    with pytest.raises(RuntimeError, match=r"outside labelled_rows\(task=...\)"):
         model.encoder(**enc)
     with pytest.raises(ValueError, match="matches no linear layer"):
         inject_multi_lora(roberta_base_on_meta(), MultiLoraConfig(target_modules=["qkv"]), 2, 0)

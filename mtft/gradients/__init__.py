@@ -1,6 +1,6 @@
 """Per-objective gradients of the shared parameters, exact and at about one backward pass."""
 
-from mtft.gradients.per_objective import PerObjectiveGradients, objective_rows
+from mtft.gradients.per_objective import PerObjectiveGradients
 from mtft.gradients.reference import reference_objective_gradients
 
-__all__ = ["PerObjectiveGradients", "objective_rows", "reference_objective_gradients"]
+__all__ = ["PerObjectiveGradients", "reference_objective_gradients"]

@@ -21,25 +21,14 @@ gradient per *example*; summing per objective inside the hook is what makes this
 from __future__ import annotations
 
 import contextlib
-from contextvars import ContextVar
 from typing import Iterator, Optional
 
 import torch
 from torch import nn
 
-_ROW_OBJECTIVES: ContextVar[Optional[torch.Tensor]] = ContextVar("row_objectives", default=None)
+from mtft.models.rows import row_labels
 
 SUPPORTED = (nn.Linear, nn.Embedding, nn.LayerNorm)
-
-
-@contextlib.contextmanager
-def objective_rows(objectives: torch.Tensor) -> Iterator[None]:
-    """Declare the objective of each row (first dimension) of the modules called inside the block."""
-    token = _ROW_OBJECTIVES.set(objectives)
-    try:
-        yield
-    finally:
-        _ROW_OBJECTIVES.reset(token)
 
 
 class PerObjectiveGradients:
@@ -141,11 +130,7 @@ class PerObjectiveGradients:
     def _forward_hook(self, module: nn.Module, inputs: tuple, output: torch.Tensor):
         if not self._active:
             return None
-        rows = _ROW_OBJECTIVES.get()
-        if rows is None:
-            raise RuntimeError(f"{type(module).__name__} ran outside objective_rows(); cannot attribute rows")
-        if rows.shape[0] != output.shape[0]:
-            raise RuntimeError(f"objective_rows has {rows.shape[0]} rows, the module's output {output.shape[0]}")
+        rows = row_labels("objective", type(module).__name__, output.shape[0])
         if not output.requires_grad:
             # Nothing upstream needs a gradient (frozen embeddings, detached parameters): make the output
             # a leaf so that the backward pass still brings this layer its output gradient.

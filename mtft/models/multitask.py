@@ -7,15 +7,14 @@ from typing import Mapping
 import torch
 from torch import nn
 
-from mtft.adapters.multi_lora.layer import adapter_rows
-from mtft.gradients.per_objective import objective_rows
+from mtft.models.rows import labelled_rows
 
 
 class MultiTaskModel(nn.Module):
     """Encoder + heads. ``forward`` returns per-objective loss sums and counts for a mixed batch.
 
-    The objective of every row is declared to :func:`objective_rows`, so that per-objective gradients can
-    be collected by hooks (LF-MLF). Every head runs on every step -- on zero rows when its task is absent -- so that each process sees the
+    The objective and task of every row are declared with :func:`~mtft.models.rows.labelled_rows`, so that
+    Multi-LoRA layers route rows to their task's B and LF-MLF's hooks attribute gradients to objectives. Every head runs on every step -- on zero rows when its task is absent -- so that each process sees the
     same parameters take part in each step; ZeRO's gradient collectives require it when ranks draw different
     tasks.
     """
@@ -35,14 +34,14 @@ class MultiTaskModel(nn.Module):
         head_index: torch.Tensor,
         objective_index: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        with objective_rows(objective_index), adapter_rows(head_index):  # Multi-LoRA: one B per task
+        with labelled_rows(objective=objective_index, task=head_index):
             hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         sums = hidden.new_zeros(self.num_objectives)
         counts = hidden.new_zeros(self.num_objectives)
         for k, head in enumerate(self.heads.values()):
             rows = (head_index == k).nonzero(as_tuple=True)[0]
             objectives = objective_index.index_select(0, rows)
-            with objective_rows(objectives):
+            with labelled_rows(objective=objectives, task=head_index.index_select(0, rows)):
                 out = head(hidden.index_select(0, rows), labels.index_select(0, rows))
             sums = sums.index_add(0, objectives, out.loss_sum)
             counts = counts.index_add(0, objectives, out.loss_count.to(counts.dtype))
@@ -51,6 +50,6 @@ class MultiTaskModel(nn.Module):
     @torch.no_grad()
     def predict_logits(self, head: str, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         task = torch.full((input_ids.shape[0],), self.head_position[head], dtype=torch.long, device=input_ids.device)
-        with adapter_rows(task):
+        with labelled_rows(task=task):
             hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         return self.heads[head].logits(hidden)

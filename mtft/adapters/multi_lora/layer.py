@@ -8,26 +8,13 @@ trains all tasks at once. The layout is PEFT's: ``lora_A`` (r × in) is the inpu
 
 from __future__ import annotations
 
-import contextlib
 import math
-from contextvars import ContextVar
-from typing import Iterator, Optional
+from typing import Optional
 
 import torch
 from torch import nn
 
-_ADAPTER_ROWS: ContextVar[Optional[torch.Tensor]] = ContextVar("adapter_rows", default=None)
-
-
-@contextlib.contextmanager
-def adapter_rows(adapters: torch.Tensor) -> Iterator[None]:
-    """Declare which adapter (task) each row of the batch goes through inside the block."""
-    token = _ADAPTER_ROWS.set(adapters)
-    try:
-        yield
-    finally:
-        _ADAPTER_ROWS.reset(token)
-
+from mtft.models.rows import row_labels
 
 class MultiLoraLinear(nn.Module):
     def __init__(self, base: nn.Linear, num_adapters: int, r: int, alpha: float, dropout: float, init_a: str,
@@ -54,11 +41,7 @@ class MultiLoraLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.base_layer(x)
-        rows = _ADAPTER_ROWS.get()
-        if rows is None:
-            raise RuntimeError("MultiLoraLinear ran outside adapter_rows(): which task's B applies is unknown")
-        if rows.shape[0] != x.shape[0]:
-            raise RuntimeError(f"adapter_rows has {rows.shape[0]} rows, the input {x.shape[0]}")
+        rows = row_labels("task", "MultiLoraLinear", x.shape[0])  # each row's task: whose B applies
         shared = nn.functional.linear(self.dropout(x), self.lora_A)  # A·x once for every task: (N, ..., r)
         per_row_b = self.lora_B.index_select(0, rows)  # (N, out, r)
         delta = torch.bmm(shared.reshape(x.shape[0], -1, shared.shape[-1]), per_row_b.transpose(1, 2))
