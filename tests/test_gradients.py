@@ -185,3 +185,23 @@ def test_consecutive_steps_start_from_clean_buffers(tmp_path):
         present = counts > 0
         reference = reference_objective_gradients(model, batch, params, 3)[present] / counts.detach()[present, None]
         np.testing.assert_allclose(weighting.seen, (reference @ reference.t()).numpy(), rtol=1e-10, atol=1e-14)
+
+
+def test_buffers_in_another_dtype_than_the_activations(tmp_path):
+    """float32 buffers under float64 activations (as float32 buffers under bf16 ones): the product is cast
+    before it is written, and the step's first write still overwrites the lazily cleared buffer."""
+    model, tok = tiny_model(tmp_path)
+    model = model.double()
+    params = [p for p in model.parameters() if p.requires_grad]
+    collector = PerObjectiveGradients(model, 3, dtype=torch.float32).attach()
+    detached = {n: p.detach() for n, p in model.named_parameters()}
+    second = make_batch(tok, objectives=[1, 1, 0, 0], heads=[0, 0, 1, 1], labels=[0, 1, 2, 0],
+                        texts=["theta zeta", "eta", "gamma gamma gamma", "delta epsilon"])
+    for batch in (make_batch(tok, **MIXED), second):
+        collector.zero()
+        with collector.capturing():
+            sums, _ = torch.func.functional_call(model, detached, args=(), kwargs=batch)
+        sums.sum().backward()
+        collector.finalize()
+    got = torch.cat([collector.views[p].reshape(3, -1) for p in params], dim=1).double()
+    torch.testing.assert_close(got, reference_objective_gradients(model, second, params, 3), rtol=1e-4, atol=1e-5)

@@ -176,32 +176,28 @@ class PerObjectiveGradients:
             if module.bias is not None and module.bias in self.views:
                 self._write(module.bias, t, g.sum(0))
 
-    def _target(self, param: nn.Parameter, t: int) -> torch.Tensor:
-        """Objective t's buffer of ``param``; ``self._first`` says whether this step has written it yet."""
+    def _target(self, param: nn.Parameter, t: int) -> tuple[torch.Tensor, bool]:
+        """Objective t's buffer of ``param``, and whether this is the step's first write to it (overwrite)."""
         key = (self.index[param], t)
-        self._first = key not in self._touched
+        first = key not in self._touched
         self._touched.add(key)
-        return self.views[param][t]
+        return self.views[param][t], first
 
     def _write(self, param: nn.Parameter, t: int, value: torch.Tensor) -> None:
-        target = self._target(param, t)
+        target, first = self._target(param, t)
         value = value.reshape(target.shape).to(target.dtype)
-        target.copy_(value) if self._first else target.add_(value)
+        target.copy_(value) if first else target.add_(value)
 
     def _write_product(self, param: nn.Parameter, t: int, a: torch.Tensor, b: torch.Tensor) -> None:
-        target = self._target(param, t)
-        if a.dtype != target.dtype:
+        if a.dtype != self.flat.dtype:  # e.g. bf16 activations, float32 buffers
             return self._write(param, t, a @ b)
-        if self._first:
+        target, first = self._target(param, t)
+        if first:
             torch.mm(a, b, out=target)
         else:
             target.addmm_(a, b)
 
     # ------------------------------------------------------------------------------------------------
-    def named_views(self) -> Iterator[tuple[str, nn.Parameter, torch.Tensor]]:
-        for p, view in self.views.items():
-            yield self.names[p], p, view
-
     def gram(self, params: list[nn.Parameter]) -> torch.Tensor:
         """G_ts = g_tᵀ g_s over ``params``, in float64: embeddings over their touched rows only, the dense
         rest in one matrix product when every dense parameter is included."""
