@@ -11,7 +11,7 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModel, RobertaConfig
 
 from mtft.adapters.methods import parameter_table
-from mtft.adapters.multi_lora import MultiLoraConfig, MultiLoraLinear, inject_multi_lora
+from mtft.adapters.multi_lora import MultiLoraConfig, MultiLoraLinear, inject_multi_lora, multi_lora_layers
 from mtft.models.heads import SequenceClassificationHead
 from mtft.models.multitask import MultiTaskModel
 from mtft.models.rows import labelled_rows
@@ -51,9 +51,8 @@ def routed_model(tmp_path, tasks=3):
     model.heads = torch.nn.ModuleDict({f"t{i}": SequenceClassificationHead(64, ["x", "y"], 0.0) for i in range(tasks)})
     model = MultiTaskModel(model.encoder, dict(model.heads), tasks)
     inject_multi_lora(model.encoder, MultiLoraConfig(r=4, target_modules=["query", "value", "dense"]), tasks, seed=1)
-    for layer in model.modules():
-        if isinstance(layer, MultiLoraLinear):
-            torch.nn.init.normal_(layer.lora_B, std=0.5)
+    for layer in multi_lora_layers(model):
+        torch.nn.init.normal_(layer.lora_B, std=0.5)
     enc = tok(["alpha beta", "gamma delta", "zeta eta", "theta alpha", "beta beta", "eta"], padding=True,
               return_tensors="pt")
     return model.eval(), enc
@@ -65,9 +64,8 @@ def test_each_example_uses_only_its_tasks_b(tmp_path):
     with labelled_rows(task=tasks):
         before = model.encoder(**enc).last_hidden_state
     with torch.no_grad():
-        for layer in model.modules():
-            if isinstance(layer, MultiLoraLinear):
-                layer.lora_B[1] += 0.3  # perturb task 1's B only
+        for layer in multi_lora_layers(model):
+            layer.lora_B[1] += 0.3  # perturb task 1's B only
     with labelled_rows(task=tasks):
         after = model.encoder(**enc).last_hidden_state
     changed = (after - before).abs().amax(dim=(1, 2)) > 1e-6
@@ -89,7 +87,7 @@ def test_mixed_batch_equals_each_task_alone(tmp_path):
 def test_a_stays_frozen_and_b_trains(tmp_path):
     model, enc = routed_model(tmp_path)
     model.train()
-    layers = [m for m in model.modules() if isinstance(m, MultiLoraLinear)]
+    layers = multi_lora_layers(model)
     a_before = [m.lora_A.detach().clone() for m in layers]
     b_before = [m.lora_B.detach().clone() for m in layers]
     trainable = [p for p in model.parameters() if p.requires_grad]
@@ -110,9 +108,8 @@ def test_checkpoint_round_trip_is_bit_identical(tmp_path):
     model, enc = routed_model(tmp_path)
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp_path / "m.safetensors"))
     other, _ = routed_model(tmp_path)
-    for layer in other.modules():  # a different random A: reloading must restore the stored one
-        if isinstance(layer, MultiLoraLinear):
-            torch.nn.init.normal_(layer.lora_A)
+    for layer in multi_lora_layers(other):  # a different random A: reloading must restore the stored one
+        torch.nn.init.normal_(layer.lora_A)
     other.load_state_dict(load_file(str(tmp_path / "m.safetensors")))
     tasks = torch.tensor([0, 1, 2, 0, 1, 2])
     with labelled_rows(task=tasks):

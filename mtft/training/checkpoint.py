@@ -44,12 +44,12 @@ def full_state_dict(engine) -> dict[str, torch.Tensor]:
 
 def ranks_in_sync(module: torch.nn.Module) -> bool:
     """Whether every rank holds bit-identical parameters (a SHA-256 of their bytes, gathered)."""
+    if not (torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1):
+        return True
     digest = hashlib.sha256()
     for name, param in module.named_parameters():
         digest.update(name.encode())
         digest.update(param.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    if not (torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1):
-        return True
     digests = [None] * torch.distributed.get_world_size()
     torch.distributed.all_gather_object(digests, digest.hexdigest())
     return len(set(digests)) == 1
