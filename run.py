@@ -20,16 +20,22 @@ Launch recipes (one thread per process when several share a host):
 
     # continue an interrupted run from its latest complete checkpoint
     python run.py --config configs/demo.yaml --resume
+
+    # other commands (python run.py <command> --help): see mtft/commands/__init__.py
+    python run.py export --run runs/demo --out adapters/
 """
 
 import sys
 
 from mtft.cli import train_parser
+from mtft.commands import COMMANDS, run_command
 from mtft.config import config_to_yaml, load_config
 from mtft.errors import UserError
 
 
 def main(argv: list[str]) -> int:
+    if argv and argv[0] in COMMANDS:
+        return run_command(argv[0], argv[1:])
     args = train_parser().parse_args(argv)
     overrides = args.overrides + (["run.resume=true"] if args.resume else [])
     config = load_config(args.config, overrides)

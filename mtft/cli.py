@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import textwrap
 
+from mtft.commands import COMMANDS
 from mtft.config.load import iter_options
 
 
@@ -19,7 +20,8 @@ def options_help() -> str:
 def train_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="run.py",
-        description="Multilingual multi-task fine-tuning with DeepSpeed.",
+        description="Multilingual multi-task fine-tuning with DeepSpeed.\n\nother commands (run.py <command> --help):\n"
+        + "\n".join(f"  {name:8s} {summary}" for name, (_, summary) in COMMANDS.items()),
         epilog=options_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -1,0 +1,24 @@
+"""Sub-commands of ``run.py`` besides training: ``python run.py <command> --help``.
+
+Each entry names a module with ``build_parser() -> argparse.ArgumentParser`` and ``main(args) -> int``; modules
+are imported only when their command runs, so ``run.py --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    # name: (module, one-line summary for run.py --help)
+}
+
+
+def command_module(name: str) -> ModuleType:
+    return importlib.import_module(COMMANDS[name][0])
+
+
+def run_command(name: str, argv: list[str]) -> int:
+    module = command_module(name)
+    args = module.build_parser().parse_args(argv)
+    return module.main(args)
