@@ -27,7 +27,8 @@ def evaluate(model, data: PreparedData, builder: BatchBuilder, batch_size: int, 
         ids, predicted = [], []
         for batch_ids, batch in builder.eval_batches(objective.task, objective.language, batch_size):
             logits = model.predict_logits(
-                objective.task, batch["input_ids"].to(device), batch["attention_mask"].to(device)
+                objective.task, batch["input_ids"].to(device), batch["attention_mask"].to(device),
+                objective=data.eval_objective.get((objective.task, objective.language)),
             )
             predicted += head.decode(logits.float().cpu())
             ids += batch_ids

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Optional
 
 import torch
 from torch import nn
@@ -49,8 +49,14 @@ class MultiTaskModel(nn.Module):
         return sums, counts
 
     @torch.no_grad()
-    def predict_logits(self, head: str, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        task = torch.full((input_ids.shape[0],), self.head_position[head], dtype=torch.long, device=input_ids.device)
-        with labelled_rows(task=task):
+    def predict_logits(self, head: str, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                       objective: Optional[int] = None) -> torch.Tensor:
+        """Logits of ``head`` for a batch of its rows; ``objective`` (the rows' loss objective, where it is
+        a trained one) routes adapters kept per objective."""
+        def rows(value: int) -> torch.Tensor:
+            return torch.full((input_ids.shape[0],), value, dtype=torch.long, device=input_ids.device)
+
+        with labelled_rows(task=rows(self.head_position[head]),
+                           objective=None if objective is None else rows(objective)):
             hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         return self.heads[head].logits(hidden)
