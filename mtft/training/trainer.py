@@ -25,6 +25,7 @@ from mtft.data.pipeline import PreparedData, prepare_data
 from mtft.data.sampler import MultiObjectiveSampler, mixing_probabilities
 from mtft.errors import CheckpointError, ConfigError
 from mtft.evaluation.evaluate import Evaluation, evaluate
+from mtft.models.from_run import save_encoder_files
 from mtft.reporting.logs import MetricsLog, add_file_log, logger, setup_console_logging
 from mtft.reporting.report import write_report
 from mtft.training import checkpoint as ckpt
@@ -95,7 +96,7 @@ class Run:
         model = build_model(config, self.data)  # before the run directory: a bad backbone or adapter writes nothing
         self.weighting = build_weighting(config.weighting.method, config.weighting.options)
         self.shared = self._shared_parameters(model) if self.weighting.needs_gram else None
-        self._create_run_dir()
+        self._create_run_dir(model)
         self.parameters = parameter_table(model)
         logger.info(f"{config.model.adapter.method}: " + "; ".join(
             f"{part} {stored:,} stored / {trainable:,} trainable" for part, stored, trainable in self.parameters))
@@ -131,12 +132,13 @@ class Run:
             barrier()
         return data
 
-    def _create_run_dir(self) -> None:
+    def _create_run_dir(self, model) -> None:
         if self.proc.is_main:
             if self.config.run.overwrite and not self.config.run.resume and self.run_dir.exists():
                 shutil.rmtree(self.run_dir)
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "config.yaml").write_text(config_to_yaml(self.config), encoding="utf-8")
+            save_encoder_files(self.run_dir, model.encoder, self.data.tokenizer)
             add_file_log(self.run_dir)
         barrier()
 
