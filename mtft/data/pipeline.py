@@ -117,7 +117,10 @@ def _load(td: TaskData, split: str, lang: str, limit: Optional[int], config: Run
     task = td.task
     ref = task.dataset_ref(split, lang, td.protocol)
     dataset = load_split(ref, config.data.sources, config.data.cache_dir)
-    where = td.origin[split, lang] = describe_source(ref, config.data.sources)
+    where = describe_source(ref, config.data.sources)
+    if task.language_id_prefixes:  # one split holds every language: say which rows
+        where += f", language {lang}"
+    td.origin[split, lang] = where
     missing = [c for c in task.required_columns() if c not in dataset.column_names]
     if missing:
         raise DataError(

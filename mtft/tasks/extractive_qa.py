@@ -59,6 +59,9 @@ class ExtractiveQATask(Task):
     def available_metrics(self) -> tuple[str, ...]:
         return ("exact_match", "f1")
 
+    def resolve_label_names(self, dataset: datasets.Dataset) -> list[str]:
+        return []  # spans, not classes
+
     # ----- checks ------------------------------------------------------------------------------------
     def check_split(self, dataset: datasets.Dataset, where: str) -> datasets.Dataset:
         if len(self.text_columns) != 2:
@@ -114,7 +117,8 @@ class ExtractiveQATask(Task):
         for key, (starts, ends), offsets in zip(encoded["id"], outputs, encoded["offset_mapping"]):
             for score, start, end in best_spans(starts, ends, offsets, opts.n_best_size, opts.max_answer_length):
                 if key not in best or score > best[key][0]:
-                    best[key] = (score, contexts[key][offsets[start][0] : offsets[end][1]])
+                    # strip: some tokenizers' offsets include the space before a word
+                    best[key] = (score, contexts[key][offsets[start][0] : offsets[end][1]].strip())
                 break  # spans come best first
         # an example whose windows hold no valid span predicts the empty answer (as the HF recipe)
         return {key: best[key][1] if key in best else "" for key in dict.fromkeys(encoded["id"])}
