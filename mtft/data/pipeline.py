@@ -136,7 +136,10 @@ def load_task_split(
             f"{where}: missing column(s) {', '.join(missing)} needed by task {task.name!r}; "
             f"it has: {', '.join(dataset.column_names)}"
         )
-    dataset = task.check_split(task.select_language(dataset, lang, where), where)
+    rows = task.language_rows(dataset, lang, where)
+    if rows is not None:
+        dataset = dataset.select(rows)
+    dataset = task.check_split(dataset, where, rows if rows is not None else range(len(dataset)))
     if len(dataset) == 0:
         raise DataError(f"{where}: no rows")
     logger.info(f"loaded {where}: {len(dataset)} rows" + (f", using {limit}" if limit and limit < len(dataset) else ""))
