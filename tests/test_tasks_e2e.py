@@ -178,4 +178,4 @@ def test_two_processes_with_mixed_heads_match_one_under_zero2_and_lfmlf(tmp_path
             if a[key] is None or b[key] is None:  # an objective absent from the step logs null (NaN)
                 assert a[key] is b[key] is None, (a["step"], key)
             else:
-                    assert abs(a[key] - b[key]) < 1e-5, (a["step"], key, a[key], b[key])  # measured ~3e-7
+                assert abs(a[key] - b[key]) < 1e-5, (a["step"], key, a[key], b[key])  # measured ~3e-7
