@@ -7,6 +7,7 @@ import json
 import peft
 import pytest
 import torch
+import yaml
 from safetensors.torch import load_file
 from transformers import AutoModel, AutoTokenizer
 
@@ -51,7 +52,8 @@ def test_exported_adapter_gives_mtfts_logits_through_peft(trained_runs, method):
     enc = tokenizer([p for p, _ in TEXTS], [h for _, h in TEXTS], padding=True, return_tensors="pt")
     for task in ("xnli", "nli_copy"):
         config = json.loads((out / task / "adapter_config.json").read_text())
-        assert config["peft_type"] == "LORA" and config["r"] == 8 and config["base_model_name_or_path"] == "../base"
+        rank = yaml.safe_load((runs[method] / "config.yaml").read_text())["model"]["adapter"]["r"]
+        assert config["peft_type"] == "LORA" and config["r"] == rank and config["base_model_name_or_path"] == "../base"
         base = AutoModel.from_pretrained(str(out / "base"))
         model = peft.PeftModel.from_pretrained(base, str(out / task)).eval()
         meta = json.loads((out / task / "head.json").read_text())
