@@ -11,6 +11,7 @@ from types import ModuleType
 
 COMMANDS: dict[str, tuple[str, str]] = {
     # name: (module, one-line summary for run.py --help)
+    "probe": ("mtft.commands.probe", "Gaussian sensitivity probe of checkpoints: ΔL_p per γ and language"),
 }
 
 

@@ -18,6 +18,7 @@ def write_report(
     task_metrics: dict[str, list[str]],
     languages: dict[str, list[str]],
     parameters: Optional[list[tuple[str, int, int]]] = None,
+    sections: list[str] = (),
 ) -> Path:
     lines = [f"# Run report: {title}", ""]
     lines += ["## Setup", "", "| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in setup] + [""]
@@ -29,6 +30,7 @@ def write_report(
     events = read_metrics(run_dir)
     lines += _loss_section(events)
     lines += _weighting_section(events)
+    lines += list(sections)  # e.g. the forgetting monitors' sections, with their plots
     lines += ["## Evaluation (final weights)", ""]
     for task, metrics in task_metrics.items():
         header = "| language | " + " | ".join(metrics) + " |"
