@@ -259,6 +259,7 @@ class ForgettingMonitor:
         probe = self.cfg.probe
         if not probe.gammas or not self.is_main:
             return
+        start = time.perf_counter()
         stds = init_stds(self.mlm, self._fresh_model())
         evaluate = probe_lp(self.mlm, self.eval_set, self.cfg.batch_size, self.device)
         results = []
@@ -272,6 +273,8 @@ class ForgettingMonitor:
         for result in results:
             for row in result.summary():
                 self.log.log(step, "probe", {**row, "perturbed": result.perturbed, "untouched": result.untouched})
+        logger.info(f"sensitivity probe: {len(results)} model(s) × {len(probe.gammas)} γ × {probe.seeds} seeds in "
+                    f"{time.perf_counter() - start:.1f} s -> probe.json")
         (self.run_dir / "probe.json").write_text(json.dumps(
             [{"model": r.model, "baseline": r.baseline, "trials": r.trials, "summary": r.summary(),
               "perturbed_parameters": r.perturbed, "untouched_parameters": r.untouched} for r in results],

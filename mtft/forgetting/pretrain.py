@@ -155,6 +155,15 @@ def _meta(config: RunConfig, languages: list[str], budget: int, seen: int, step:
             "corpus": corpus_path(config.corpus), "backbone": config.model.backbone, "seed": config.run.seed}
 
 
+def quiet_progress() -> None:
+    """mtft logs one line per stage; the libraries' own progress bars would only interleave with it."""
+    import datasets
+    import transformers
+
+    datasets.disable_progress_bars()
+    transformers.utils.logging.disable_progress_bar()
+
+
 # ------------------------------------------------------------------------------------------------------
 def task_languages(config: RunConfig) -> list[str]:
     available = discover_tasks(config.data.task_dirs)
@@ -194,6 +203,7 @@ def pretrained_backbone(config: RunConfig, proc: ProcessInfo) -> RunConfig:
     pre-trained checkpoint, taken from the cache or pre-trained now (every rank trains, rank 0 writes)."""
     if not config.pretrain.before_finetune:
         return config
+    quiet_progress()
     from mtft.training.setup import cache_dir
 
     languages = config.corpus.languages or task_languages(config)
@@ -236,6 +246,7 @@ class PretrainRun:
                               "to fine-tune or probe, and a new run.output_dir starts it again")
         check_output_dir(config)
         proc = init_distributed()
+        quiet_progress()
         setup_console_logging(proc.is_main)
         pre = Pretraining(config, list(config.corpus.languages), proc)
         if proc.is_main:

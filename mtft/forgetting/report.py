@@ -78,6 +78,14 @@ def _forgetting(run_dir: Path, events: list[dict[str, Any]]) -> list[str]:
                       f"measurements** (first at step {over[0]['step']}); at step {worst['step']} {cause}.", ""]
         else:
             lines += ["The measured forgetting stayed within the Theorem-1 bound at every measurement.", ""]
+        beyond = [e for e in measured if e[_key("F_batch", group)] > 1e-3
+                  and e[_key("F_batch", group)] > 2 * max(e[_key("prediction", group)], 0.0)]
+        if beyond:
+            e = beyond[-1]
+            lines += [f"Beyond the quadratic regime: at {len(beyond)} of {len(measured)} measurements the measured "
+                      "rise on the Hessian batch is more than twice the second-order prediction (at step "
+                      f"{e['step']}: {e[_key('F_batch', group)]:.3g} vs {e[_key('prediction', group)]:.3g}); the "
+                      "Taylor expansion behind Theorem 1 no longer describes these moves (SPEC §4, App. D).", ""]
     budget = [e for e in events if e["kind"] == "budget"]
     if budget:
         lines += [f"The forgetting budget scaled {len(budget)} update(s).", ""]
