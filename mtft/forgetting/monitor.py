@@ -85,8 +85,9 @@ def budget_alpha(previous: float, update: float, new: float, radius_sq: float) -
     return min(1.0, max(0.0, (-cross + math.sqrt(max(disc, 0.0))) / update))
 
 
-def _key(name: str, group: str) -> str:
-    return f"{name}/{group}" if group else name
+def _key(name: str, group: str, language: str = "") -> str:
+    """name[/group][/language]: group is "" for full fine-tuning, a task for Multi-LoRA."""
+    return "/".join(part for part in (name, group, language) if part)
 
 
 class NullMonitor:
@@ -232,8 +233,8 @@ class ForgettingMonitor:
                 batch_forgetting = self._lp_batch() - self.lp_batch_pretrained
             second = self.objective.second_order(point, self.tracker.delta(g, self.objective.names))
             for lang in lp:
-                values[_key(f"lp/{lang}", group)] = lp[lang]
-                values[_key(f"F_p/{lang}", group)] = forgetting[lang]
+                values[_key("lp", group, lang)] = lp[lang]
+                values[_key("F_p", group, lang)] = forgetting[lang]
             bound = values[_key("bound_displacement", group)]
             values.update({
                 _key("F_p", group): mean_forgetting,

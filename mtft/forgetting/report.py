@@ -9,8 +9,9 @@ from mtft.forgetting.plots import plot_forgetting, plot_pretrain, plot_sensitivi
 from mtft.reporting.logs import read_metrics
 
 
-def _key(name: str, group: str) -> str:
-    return f"{name}/{group}" if group else name
+def _key(name: str, group: str, language: str = "") -> str:
+    """name[/group][/language]: group is "" for full fine-tuning, a task for Multi-LoRA."""
+    return "/".join(part for part in (name, group, language) if part)
 
 
 def _num(value: Optional[float]) -> str:
@@ -59,7 +60,7 @@ def _forgetting(run_dir: Path, events: list[dict[str, Any]]) -> list[str]:
                   + " | displacement bound | path bound | F_p (batch) | 2nd-order prediction | gᵀΔ | ½ΔᵀHΔ |",
                   "|---:|---:|---:|" + "---:|" * len(languages) + "---:|---:|---:|---:|---:|---:|"]
         for e in measured:
-            cells = [_num(e.get(_key(f"F_p/{lang}", group))) for lang in languages]
+            cells = [_num(e.get(_key("F_p", group, lang))) for lang in languages]
             flag = " ⚠" if e.get(_key("exceeds_bound", group)) else ""
             lines.append(f"| {e['step']} | {e['K']} | {_num(e[_key('F_p', group)])}{flag} | " + " | ".join(cells)
                          + f" | {_num(e[_key('bound_displacement', group)])} | {_num(e[_key('bound_path', group)])} | "
