@@ -149,6 +149,16 @@ def test_pretrain_stage_checkpoints_at_budgets_and_probe_command(tmp_path):
     after = load_file(str(out / "checkpoints/tokens-20480/model.safetensors"))  # the probe never writes weights
     assert all(torch.equal(weights[k], after[k]) for k in weights)
 
+    # continued pre-training from a checkpoint folder (its own tokenizer and MLM head)
+    more = tmp_path / "more"
+    result = run_cli("--config", str(config), f"run.output_dir={more}", "logging.progress_bar=false",
+                     f"model.backbone={out / 'checkpoints/tokens-20480'}", "pretrain.tokens=5120",
+                     "pretrain.save_at_tokens=[]")
+    assert result.returncode == 0, result.stderr[-3000:]
+    meta = json.loads((more / "checkpoints/tokens-5120/pretrain.json").read_text())
+    assert meta["backbone"].endswith("tokens-20480") and meta["steps"] == 10
+    assert "(continued)" in (more / "report.md").read_text()
+
 
 def test_probe_of_a_finetuning_checkpoint(tmp_path):
     out = tmp_path / "ft"

@@ -393,9 +393,14 @@ class ForgettingSection(Section):
         description="Measure F_p per language, the bounds and the second-order prediction every N steps (and at "
         "the end); Σ||Δθ_k||² and ||θ − θ_p|| are tracked every step.",
     )
-    batch_size: int = Field(64, ge=1, description="Texts per forward pass when evaluating L_p.")
+    batch_size: int = Field(128, ge=1, description="Texts per forward pass when evaluating L_p.")
     hessian_examples: int = Field(
-        32, ge=1, description="Held-out texts per language in the fixed batch of λ_p and the second-order prediction."
+        64, ge=1, description="Held-out texts per language in the fixed batch of λ_p (computed once, cached)."
+    )
+    prediction_examples: int = Field(
+        16, ge=1,
+        description="Held-out texts per language in the fixed batch of the second-order prediction g_pᵀΔ + ½ΔᵀH_pΔ "
+        "(one Hessian-vector product per measurement), where F_p is measured as well for comparison.",
     )
     eigen_method: Literal["power", "lanczos"] = Field(
         "power", description="λ_p by power iteration or by Lanczos (scipy's ARPACK eigsh) on Hessian-vector products."

@@ -3,7 +3,7 @@
 Every step, from the actual update: K, Σ_k ||Δθ_k||², ||θ − θ_p||², and the displacement and path bounds
 (λ_p/2)·||θ − θ_p||² and (λ_p/2)·K·Σ||Δθ_k||² (cheap: norms of the tensors fine-tuning moves). Every
 ``forgetting.every_steps`` and at the end: the measured forgetting F_p = L_p(θ) − L_p(θ_p) per language on the
-held-out corpus, and on the fixed Hessian batch the second-order prediction g_pᵀΔ + ½ΔᵀH_pΔ (one
+held-out corpus, and on a fixed (smaller) batch the second-order prediction g_pᵀΔ + ½ΔᵀH_pΔ (one
 Hessian-vector product at θ_p), so that a measured F_p above the bound can be told apart: θ_p not a minimum
 (the linear term) or the quadratic regime broken down (measured far above the prediction).
 
@@ -118,10 +118,13 @@ class ForgettingMonitor:
             self.tracker = FullDisplacement(encoder)
         self.groups = self.tracker.groups
         names, fixed = self.tracker.hessian_subset()
-        hessian_batches = {lang: self.eval_set.batches(lang, self.cfg.batch_size, self.cfg.hessian_examples)
-                           for lang in self.eval_set.languages}
-        self.objective = LpObjective(self.mlm, names, hessian_batches, self.device, fixed)
-        self.hessian_batches = hessian_batches
+        def batches(limit):
+            return {lang: self.eval_set.batches(lang, self.cfg.batch_size, limit) for lang in self.eval_set.languages}
+
+        # λ_p once (cached) on a larger batch; the second-order prediction every measurement on a smaller one
+        self.eigen_objective = LpObjective(self.mlm, names, batches(self.cfg.hessian_examples), self.device, fixed)
+        self.prediction_batches = batches(self.cfg.prediction_examples)
+        self.objective = LpObjective(self.mlm, names, self.prediction_batches, self.device, fixed)
         self.handles = []
         if self.cfg.regularization > 0:
             self.handles = self.tracker.regularize(self.cfg.regularization, engine.gradient_accumulation_steps())
@@ -159,6 +162,7 @@ class ForgettingMonitor:
                   "cached": cached, "seconds": time.perf_counter() - start,
                   "parameters": sum(self.objective_point()[n].numel() for n in self.objective.names),
                   "hessian_examples_per_language": self.cfg.hessian_examples,
+                  "prediction_examples_per_language": self.cfg.prediction_examples,
                   "lp_batch_pretrained": self.lp_batch_pretrained,
                   **{f"lp_pretrained/{lang}": v for lang, v in self.lp_pretrained.items()}}
         if step == 0:  # a resumed run keeps the event its first attempt logged
@@ -215,9 +219,9 @@ class ForgettingMonitor:
             return lp_per_language(self.mlm, self.eval_set, self.cfg.batch_size, self.device)
 
     def _lp_batch(self) -> float:
-        """L_p on the fixed Hessian batch: mean over languages of each language's mean (as LpObjective)."""
+        """L_p on the fixed prediction batch: mean over languages of each language's mean (as LpObjective)."""
         means = []
-        for batches in self.hessian_batches.values():
+        for batches in self.prediction_batches.values():
             total, count = lp_sums(self.mlm, batches, self.device)
             means.append(total / count)
         return sum(means) / len(means)
@@ -296,8 +300,8 @@ class ForgettingMonitor:
             data = json.loads(path.read_text())
             return EigenResult(**data["eigen"]), True
         point = self.objective_point()
-        start_vector = self.objective.random_vector(point, seed=0)
-        result = top_eigenvalue(lambda v: self.objective.hvp(point, v)[2], start_vector, self.cfg.eigen_method,
+        start_vector = self.eigen_objective.random_vector(point, seed=0)
+        result = top_eigenvalue(lambda v: self.eigen_objective.hvp(point, v)[2], start_vector, self.cfg.eigen_method,
                                 self.cfg.eigen_iterations, self.cfg.eigen_tol)
         if distributed:
             value = torch.tensor([result.value], dtype=torch.float64, device=self.device)

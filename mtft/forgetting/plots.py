@@ -40,7 +40,7 @@ def plot_forgetting(events: list[dict[str, Any]], groups: list[str], path: Path)
         ax.plot(m_steps, [e[_key("prediction", group)] for e in measured], color="tab:green", marker="s", ms=4,
                 label="2nd-order prediction g_pᵀΔ+½ΔᵀHΔ (batch)")
         ax.plot(m_steps, [e[_key("F_batch", group)] for e in measured], color="tab:olive", marker="^", ms=4,
-                ls=":", label="measured F_p (Hessian batch)")
+                ls=":", label="measured F_p (prediction batch)")
         ax.plot(m_steps, [e[_key("F_p", group)] for e in measured], color="black", marker="o", ms=4,
                 label="measured F_p (held-out corpus)")
         over = [e for e in measured if e.get(_key("exceeds_bound", group))]

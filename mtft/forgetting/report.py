@@ -46,7 +46,9 @@ def _forgetting(run_dir: Path, events: list[dict[str, Any]]) -> list[str]:
         f"{eigen['eigen_products']} Hessian-vector products, residual {eigen['eigen_residual']:.1e}, {converged}"
         f"{', from the cache' if eigen['cached'] else ''}).", "",
         "Bounds: displacement (λ_p/2)·||θ − θ_p||², path (λ_p/2)·K·Σ_k||Δθ_k||² from the actual updates Δθ_k. "
-        "The second-order prediction g_pᵀΔ + ½ΔᵀH_pΔ is computed on the Hessian batch, to compare with F_p there.",
+        "The second-order prediction g_pᵀΔ + ½ΔᵀH_pΔ is computed on a fixed batch of "
+        f"{eigen.get('prediction_examples_per_language')} texts per language, where F_p is measured too "
+        "(F_p (batch)), to compare like with like.",
         "",
     ]
     if groups != [""]:
@@ -84,7 +86,7 @@ def _forgetting(run_dir: Path, events: list[dict[str, Any]]) -> list[str]:
         if beyond:
             e = beyond[-1]
             lines += [f"Beyond the quadratic regime: at {len(beyond)} of {len(measured)} measurements the measured "
-                      "rise on the Hessian batch is more than twice the second-order prediction (at step "
+                      "rise on the prediction batch is more than twice the second-order prediction (at step "
                       f"{e['step']}: {e[_key('F_batch', group)]:.3g} vs {e[_key('prediction', group)]:.3g}); the "
                       "Taylor expansion behind Theorem 1 no longer describes these moves (SPEC §4, App. D).", ""]
     budget = [e for e in events if e["kind"] == "budget"]
