@@ -386,7 +386,8 @@ class ForgettingSection(Section):
     """Forgetting monitors: measured F_p = L_p(θ) − L_p(θ_p) against Theorem 1's bounds (SPEC §1, §4)."""
 
     enabled: bool = Field(
-        False, description="Measure forgetting of the masked-LM loss L_p on corpus, with Theorem 1's bounds."
+        False, description="Measure forgetting of the masked-LM loss L_p on corpus, with Theorem 1's bounds. The "
+        "budget, regularization and probe below act only when this is true (false turns them all off)."
     )
     every_steps: int = Field(
         100, ge=1,
@@ -435,10 +436,6 @@ class RunConfig(Section):
             raise ValueError("corpus.languages must list the languages to pre-train on for run.stage=pretrain")
         if self.run.stage == "pretrain" and self.pretrain.before_finetune:
             raise ValueError("pretrain.before_finetune applies to run.stage=finetune only")
-        forgetting = self.forgetting
-        if not forgetting.enabled and (forgetting.budget or forgetting.regularization or forgetting.probe.gammas):
-            raise ValueError("forgetting.budget, forgetting.regularization and forgetting.probe need "
-                             "forgetting.enabled=true")
         return self
 
     @model_validator(mode="after")

@@ -28,8 +28,8 @@ from mtft.evaluation.evaluate import Evaluation, evaluate
 from mtft.forgetting import build_monitor
 from mtft.forgetting.monitor import prepare_forgetting
 from mtft.forgetting.pretrain import pretrained_backbone
-from mtft.reporting.logs import MetricsLog, add_file_log, logger, setup_console_logging
 from mtft.forgetting.report import monitor_sections
+from mtft.reporting.logs import MetricsLog, add_file_log, logger, setup_console_logging
 from mtft.reporting.report import write_report
 from mtft.training import checkpoint as ckpt
 from mtft.training.distributed import barrier, init_distributed
