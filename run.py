@@ -50,6 +50,11 @@ def main(argv: list[str]) -> int:
 
         prefetch(config)
         return 0
+    if config.run.stage == "pretrain":
+        from mtft.forgetting.pretrain import PretrainRun
+
+        PretrainRun(config).execute()
+        return 0
     from mtft.training.trainer import Run  # heavy imports only when training
 
     Run(config).execute()

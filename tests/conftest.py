@@ -59,9 +59,10 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def demo_overrides(out: Path, steps: int, **extra) -> list[str]:
-    """A shortened demo: fewer steps, no progress bar, output in ``out``."""
+    """A shortened demo: fewer steps, a shorter pre-training of the backbone (one per test session, cached),
+    no progress bar, output in ``out``."""
     values = {"run.output_dir": str(out), "training.max_steps": steps, "logging.progress_bar": "false",
-              **extra}
+              "pretrain.tokens": 102400, **extra}
     return [f"{k}={v}" for k, v in values.items()]
 
 

@@ -75,7 +75,7 @@ def test_bad_values_name_key_file_and_choices(tmp_path, override, expected):
 
 def test_unknown_key_in_file(tmp_path):
     path = write(tmp_path, MINIMAL + "trainin:\n  max_steps: 3\n")
-    with pytest.raises(ConfigError, match=r"unknown key 'trainin'; valid keys: checkpointing, data, evaluation"):
+    with pytest.raises(ConfigError, match=r"unknown key 'trainin'; valid keys: checkpointing, corpus, data, evaluation"):
         load_config(path)
 
 

@@ -42,6 +42,7 @@ def common(tmp_path: Path, out: Path, micro: int, zero: int, method: str = "mult
         "data.task_dirs": f"[{tmp_path / 'tasks'}]", "data.mixing.strategy": "proportional",
         "weighting.method": "mean",  # the plain loop here; tests/test_lfmlf_e2e.py runs LF-MLF distributed
         "model.adapter.method": method, "training.optimizer.lr": 1e-3 if method == "full" else 1e-2,
+        "forgetting.enabled": "false",  # monitors need full weights (not ZeRO-3); tests/test_forgetting_e2e.py
     })
 
 

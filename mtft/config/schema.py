@@ -24,7 +24,10 @@ class RunSection(Section):
         "'{name}' is replaced by run.name.",
     )
     seed: int = Field(0, ge=0, description="Seed for model initialisation, sampling and dropout.")
-    stage: Literal["finetune"] = Field("finetune", description="What the run does.")
+    stage: Literal["finetune", "pretrain"] = Field(
+        "finetune", description="What the run does: finetune the tasks of data.tasks, or pretrain an encoder with "
+        "masked-LM on corpus (see the pretrain section)."
+    )
     resume: bool = Field(
         False, description="Continue the run in output_dir from its latest complete checkpoint."
     )
@@ -150,7 +153,9 @@ class TaskSelection(Section):
 
 
 class DataSection(Section):
-    tasks: list[TaskSelection] = Field(..., min_length=1, description="Tasks to train and evaluate.")
+    tasks: list[TaskSelection] = Field(
+        default_factory=list, description="Tasks to train and evaluate (at least one for run.stage=finetune)."
+    )
     task_dirs: list[str] = Field(
         default_factory=list,
         description="Extra folders holding task definitions, searched before the built-in tasks/ folder.",
@@ -288,6 +293,143 @@ class LoggingSection(Section):
     progress_bar: bool = Field(True, description="Show a tqdm progress bar on rank 0.")
 
 
+class CorpusSection(Section):
+    """Generic held-out text: what the masked-LM loss L_p is measured on, and what stage pretrain trains on."""
+
+    path: Optional[str] = Field(
+        None,
+        description="Hub id or local folder (Hub layout, one config per language) of generic text; data.sources "
+        "maps a Hub id to a local copy. Null: the built-in synthetic multilingual corpus "
+        "(mtft/fixtures/data/generic_text), meaningful only for the tiny encoder pre-trained on it.",
+    )
+    name: str = Field("{language}", description="Dataset config of each language; '{language}' is replaced.")
+    languages: Optional[list[str]] = Field(
+        None,
+        description="Languages of L_p (reported per language) and of pre-training. Default: the languages of the "
+        "run's tasks (stage finetune); required for stage pretrain.",
+    )
+    text_column: str = Field("text", min_length=1, description="Column holding the text.")
+    train_split: str = Field("train", min_length=1, description="Split that stage pretrain trains on.")
+    eval_split: str = Field(
+        "validation", min_length=1,
+        description="Held-out split of L_p (datasets slicing works, e.g. 'train[-1000:]').",
+    )
+    max_eval_examples: int = Field(200, ge=1, description="Held-out texts per language in L_p.")
+    mlm_probability: float = Field(0.15, gt=0.0, lt=1.0, description="Fraction of tokens masked (BERT's 80/10/10).")
+    mask_seed: int = Field(
+        0, ge=0, description="Seed of the fixed masks of the held-out texts: equal weights give equal L_p, always."
+    )
+
+    @field_validator("languages")
+    @classmethod
+    def _nonempty_unique(cls, value: Optional[list[str]]) -> Optional[list[str]]:
+        return TaskSelection._nonempty_unique(value)
+
+
+class PretrainSection(Section):
+    """Masked-LM pre-training of model.backbone: from scratch (tiny) or continued (a Hub id or local folder)."""
+
+    before_finetune: bool = Field(
+        False,
+        description="Stage finetune: first pre-train model.backbone on corpus as this section says, then fine-tune "
+        "from it. The checkpoint is cached under a hash of everything that determines it (cache dir "
+        "pretrained/), so later runs reuse it.",
+    )
+    tokens: int = Field(1_000_000, ge=1, description="Token budget of pre-training (packed input tokens).")
+    save_at_tokens: list[int] = Field(
+        default_factory=list, description="Stage pretrain: also save checkpoints at these smaller budgets."
+    )
+    schedule_per_budget: bool = Field(
+        False,
+        description="Pre-train every budget from scratch with its own schedule annealed to zero (the controlled "
+        "set-up of SPEC §4) instead of saving one run's weights as it passes each budget.",
+    )
+    block_size: Optional[int] = Field(
+        None, ge=8, description="Tokens per packed training sequence; default data.max_length."
+    )
+    micro_batch_size: int = Field(32, ge=1, description="Sequences per process per optimizer step.")
+    optimizer: OptimizerSection = Field(
+        default_factory=lambda: OptimizerSection(lr=5e-4), description="Optimizer of pre-training."
+    )
+    scheduler: SchedulerSection = Field(
+        default_factory=lambda: SchedulerSection(name="cosine", warmup_ratio=0.06),
+        description="LR schedule of pre-training (cosine annealed to zero by default).",
+    )
+    log_every_steps: int = Field(50, ge=1, description="Log the pre-training loss every N steps.")
+
+    @field_validator("save_at_tokens")
+    @classmethod
+    def _sorted_unique_positive(cls, value: list[int]) -> list[int]:
+        if any(v < 1 for v in value) or len(set(value)) != len(value):
+            raise ValueError(f"must list distinct positive token budgets, got {value}")
+        return sorted(value)
+
+    @model_validator(mode="after")
+    def _budgets_below_total(self) -> "PretrainSection":
+        if self.save_at_tokens and self.save_at_tokens[-1] >= self.tokens:
+            raise ValueError(f"save_at_tokens must lie below tokens ({self.tokens}); got {self.save_at_tokens}")
+        return self
+
+
+class BudgetSection(Section):
+    value: float = Field(..., gt=0.0, description="Largest allowed displacement bound (λ_p/2)·||θ − θ_p||².")
+    action: Literal["stop", "scale"] = Field(
+        "stop",
+        description="stop: end training when a step would pass the budget; scale: shrink that step's update so the "
+        "bound equals the budget (ZeRO stage 0, fp32 only: it edits the weights the optimizer steps).",
+    )
+
+
+class ProbeSection(Section):
+    gammas: list[float] = Field(
+        default_factory=list,
+        description="γ of the end-of-run Gaussian sensitivity probe (noise std = γ × each weight's initialisation "
+        "std); empty: no probe.",
+    )
+    seeds: int = Field(3, ge=3, description="Noise seeds per γ (the spread of ΔL_p is reported).")
+    include_pretrained: bool = Field(True, description="Also probe the pre-trained weights θ_p, for comparison.")
+
+    @field_validator("gammas")
+    @classmethod
+    def _positive(cls, value: list[float]) -> list[float]:
+        if any(g <= 0 for g in value):
+            raise ValueError(f"every γ must be > 0, got {value}")
+        return value
+
+
+class ForgettingSection(Section):
+    """Forgetting monitors: measured F_p = L_p(θ) − L_p(θ_p) against Theorem 1's bounds (SPEC §1, §4)."""
+
+    enabled: bool = Field(
+        False, description="Measure forgetting of the masked-LM loss L_p on corpus, with Theorem 1's bounds. The "
+        "budget, regularization and probe below act only when this is true (false turns them all off)."
+    )
+    every_steps: int = Field(
+        100, ge=1,
+        description="Measure F_p per language, the bounds and the second-order prediction every N steps (and at "
+        "the end); Σ||Δθ_k||² and ||θ − θ_p|| are tracked every step.",
+    )
+    batch_size: int = Field(128, ge=1, description="Texts per forward pass when evaluating L_p.")
+    hessian_examples: int = Field(
+        64, ge=1, description="Held-out texts per language in the fixed batch of λ_p (computed once, cached)."
+    )
+    prediction_examples: int = Field(
+        16, ge=1,
+        description="Held-out texts per language in the fixed batch of the second-order prediction g_pᵀΔ + ½ΔᵀH_pΔ "
+        "(one Hessian-vector product per measurement), where F_p is measured as well for comparison.",
+    )
+    eigen_method: Literal["power", "lanczos"] = Field(
+        "power", description="λ_p by power iteration or by Lanczos (scipy's ARPACK eigsh) on Hessian-vector products."
+    )
+    eigen_iterations: int = Field(100, ge=2, description="Most Hessian-vector products spent on λ_p.")
+    eigen_tol: float = Field(1e-3, gt=0.0, lt=1.0, description="λ_p has converged when ||Hv − λv|| ≤ tol·|λ|.")
+    budget: Optional[BudgetSection] = Field(None, description="Optional forgetting budget on the displacement bound.")
+    regularization: float = Field(
+        0.0, ge=0.0, description="λ of the penalty λ·||θ − θ_p||² added to the fine-tuning loss (SPEC §4, Thm 4.7)."
+    )
+    probe: ProbeSection = Field(default_factory=ProbeSection, description="End-of-run Gaussian sensitivity probe.")
+
+
 class RunConfig(Section):
     run: RunSection = Field(default_factory=RunSection, description="Run identity and output.")
     model: ModelSection = Field(default_factory=ModelSection, description="Backbone and heads.")
@@ -297,6 +439,19 @@ class RunConfig(Section):
     evaluation: EvaluationSection = Field(default_factory=EvaluationSection, description="Evaluation.")
     checkpointing: CheckpointSection = Field(default_factory=CheckpointSection, description="Checkpoints.")
     logging: LoggingSection = Field(default_factory=LoggingSection, description="Logging.")
+    corpus: CorpusSection = Field(default_factory=CorpusSection, description="Generic text of the masked-LM loss L_p.")
+    pretrain: PretrainSection = Field(default_factory=PretrainSection, description="Masked-LM pre-training.")
+    forgetting: ForgettingSection = Field(default_factory=ForgettingSection, description="Forgetting monitors.")
+
+    @model_validator(mode="after")
+    def _stage_needs(self) -> "RunConfig":
+        if self.run.stage == "finetune" and not self.data.tasks:
+            raise ValueError("data.tasks must list at least one task for run.stage=finetune")
+        if self.run.stage == "pretrain" and not self.corpus.languages:
+            raise ValueError("corpus.languages must list the languages to pre-train on for run.stage=pretrain")
+        if self.run.stage == "pretrain" and self.pretrain.before_finetune:
+            raise ValueError("pretrain.before_finetune applies to run.stage=finetune only")
+        return self
 
     @model_validator(mode="after")
     def _gram_weighting_supports_adapter(self) -> "RunConfig":

@@ -19,6 +19,7 @@ def write_report(
     languages: dict[str, list[str]],
     parameters: Optional[list[tuple[str, int, int]]] = None,
     variants: Optional[dict[str, str]] = None,
+    sections: list[str] = (),
 ) -> Path:
     """``variants``: per task, the metric variant in words (e.g. seqeval mode, SQuAD v1.1 rules)."""
     lines = [f"# Run report: {title}", ""]
@@ -31,6 +32,7 @@ def write_report(
     events = read_metrics(run_dir)
     lines += _loss_section(events)
     lines += _weighting_section(events)
+    lines += list(sections)  # e.g. the forgetting monitors' sections, with their plots
     lines += ["## Evaluation (final weights)", ""]
     for task, metrics in task_metrics.items():
         header = "| language | " + " | ".join(metrics) + " |"

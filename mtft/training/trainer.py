@@ -25,6 +25,10 @@ from mtft.data.pipeline import PreparedData, prepare_data
 from mtft.data.sampler import MultiObjectiveSampler, mixing_probabilities
 from mtft.errors import CheckpointError, ConfigError
 from mtft.evaluation.evaluate import Evaluation, evaluate
+from mtft.forgetting import build_monitor
+from mtft.forgetting.monitor import prepare_forgetting
+from mtft.forgetting.pretrain import pretrained_backbone
+from mtft.forgetting.report import monitor_sections
 from mtft.models.from_run import save_encoder_files
 from mtft.reporting.logs import MetricsLog, add_file_log, logger, setup_console_logging
 from mtft.reporting.report import write_report
@@ -91,9 +95,11 @@ class Run:
         setup_console_logging(self.proc.is_main)
         datasets.disable_progress_bars()  # mtft logs one line per loaded split instead
         barrier()
+        self.model_config = pretrained_backbone(config, self.proc)  # pretrain.before_finetune: the cached checkpoint
         self.data = self._prepare_data_rank0_first()
         check_metric_for_best(config, self.data)
-        model = build_model(config, self.data)  # before the run directory: a bad backbone or adapter writes nothing
+        forgetting = prepare_forgetting(config, self.model_config, self.data)
+        model = build_model(self.model_config, self.data)  # before the run directory: a bad backbone or adapter writes nothing
         self.weighting = build_weighting(config.weighting.method, config.weighting.options)
         self.shared = self._shared_parameters(model) if self.weighting.needs_gram else None
         self._create_run_dir(model)
@@ -105,6 +111,7 @@ class Run:
         self.step_fn = self._build_step()
         self.sampler = self._sampler()
         self.step, self.best, self.stationary_run = 0, None, 0
+        self.monitor = build_monitor(forgetting, config, self.engine, self.data, self.proc.is_main, self.run_dir)
         if resume_from is not None:
             self._resume(resume_from)  # restores this rank's RNG state too
         else:
@@ -112,7 +119,9 @@ class Run:
         self.log = MetricsLog(self.run_dir, self.proc.is_main, config.logging.tensorboard,
                               resume_step=self.step if config.run.resume else None)
         try:
+            self.monitor.start(self.step, self.log)
             self._train()
+            self.monitor.end(self.step)
             final = self._evaluate(final=True)
             self._save(force=True)
             if self.proc.is_main:
@@ -127,7 +136,7 @@ class Run:
         # Rank 0 trains the tokenizer and fills the datasets cache; the other ranks then read the cache.
         if not self.proc.is_main:
             barrier()
-        data = prepare_data(self.config, make_tokenizer_factory(self.config))
+        data = prepare_data(self.config, make_tokenizer_factory(self.model_config))
         if self.proc.is_main:
             barrier()
         return data
@@ -194,6 +203,7 @@ class Run:
                 self.log.log(self.step, "skipped", {"reason": self.step_fn.skip_reason})
                 continue
             window.add(result)
+            stop = self.monitor.after_step(self.step)
             if self.weighting.needs_gram:  # weights, ||d||², stationarity and the solver's certificate, every step
                 weights = {f"weight/{n}": w for n, w in zip(self.data.objective_names, result.weights.tolist())}
                 self.log.log(self.step, "weighting", {**weights, **result.extras})
@@ -201,6 +211,10 @@ class Run:
                 self.log.log(self.step, "cosines", {"objectives": self.data.objective_names,
                                                     "matrix": self.step_fn.last_cosines})
                 self.step_fn.last_cosines = None
+            if stop:
+                logger.info(f"step {self.step}: the forgetting bound passed forgetting.budget; stopping")
+                self.log.log(self.step, "stopped", {"reason": stop})
+                break
             if self._stationary(result):
                 logger.info(f"step {self.step}: Pareto-stationary for {cfg.weighting.stationarity_patience} steps "
                             f"(||d||²/mean||g_t||² < {cfg.weighting.stationarity_eps:g}); stopping")
@@ -256,7 +270,8 @@ class Run:
 
     def _trainer_state(self) -> dict[str, Any]:
         return {"step": self.step, "sampler": self.sampler.state_dict(), "best": self.best,
-                "objectives": self.data.objective_names, "stationary_run": self.stationary_run}
+                "objectives": self.data.objective_names, "stationary_run": self.stationary_run,
+                "forgetting": self.monitor.state_dict()}
 
     def _save(self, force: bool = False) -> None:
         if self.proc.world_size > 1 and self.engine.zero_optimization_stage() < 3:
@@ -275,6 +290,7 @@ class Run:
         self.step, self.best = int(state["step"]), state.get("best")
         self.stationary_run = int(state.get("stationary_run", 0))
         self.sampler.load_state_dict(state["sampler"])
+        self.monitor.load_state_dict(state.get("forgetting"))
         logger.info(f"resumed from {path} at step {self.step}")
 
     def _finish(self, final: Evaluation) -> None:
@@ -302,7 +318,7 @@ class Run:
             self.run_dir, cfg.run.name, setup, objectives, final.metrics, self.best,
             {name: list(td.task.metrics) for name, td in self.data.tasks.items()},
             {name: td.languages for name, td in self.data.tasks.items()},
-            parameters=self.parameters,
+            parameters=self.parameters, sections=monitor_sections(self.run_dir),
             variants={name: td.task.metric_description() for name, td in self.data.tasks.items()},
         )
         logger.info(f"report: {path}")

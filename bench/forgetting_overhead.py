@@ -1,0 +1,89 @@
+"""Wall-time overhead of the forgetting monitors at their default settings, measured side by side in one run.
+
+    python bench/forgetting_overhead.py [--steps 400] [--repeats 2] [--method full|multi_lora]
+
+Runs the demo config (pre-trained tiny encoder, LF-MLF; or Multi-LoRA with mean weighting) with the monitors
+off and on -- defaults of the ``forgetting`` section, i.e. Σ||Δθ_k||² and ||θ − θ_p|| every step, F_p, the
+bounds and the second-order prediction every 100 steps and at the end, no probe -- alternating A/B so that load
+on the machine hits both alike. λ_p and the pre-trained backbone come from the cache (a warm-up run fills it:
+λ_p is computed once per checkpoint, not per run). "training" is the loop plus the monitors' final
+measurement (``Run._train`` + ``monitor.end``); "run" is everything ``Run.execute`` does. Prints the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--method", choices=["full", "multi_lora"], default="full")
+    args = parser.parse_args()
+    os.chdir(REPO)
+    from mtft.config import load_config
+    from mtft.forgetting.monitor import ForgettingMonitor
+    from mtft.training.trainer import Run
+
+    timings: dict[str, list[float]] = {}
+    current = {"label": None, "loop": 0.0}
+    original_train, original_end = Run._train, ForgettingMonitor.end
+
+    def timed_train(self):
+        start = time.perf_counter()
+        original_train(self)
+        current["loop"] += time.perf_counter() - start
+
+    def timed_end(self, step):
+        start = time.perf_counter()
+        original_end(self, step)
+        current["loop"] += time.perf_counter() - start
+
+    Run._train, ForgettingMonitor.end = timed_train, timed_end
+    extra = ["weighting.method=mean", "model.adapter.method=multi_lora", "training.optimizer.lr=3e-3"] \
+        if args.method == "multi_lora" else []
+    with tempfile.TemporaryDirectory() as tmp:
+        def run(label: str, enabled: bool, record: bool = True) -> None:
+            overrides = [f"run.output_dir={tmp}/{label}", "run.overwrite=true", "logging.progress_bar=false",
+                         f"training.max_steps={args.steps}", "evaluation.every_steps=null",
+                         "checkpointing.every_steps=null", f"forgetting.enabled={str(enabled).lower()}",
+                         "forgetting.every_steps=100", "forgetting.probe.gammas=[]", *extra]
+            config = load_config(REPO / "configs/demo.yaml", overrides)
+            current["loop"] = 0.0
+            start = time.perf_counter()
+            Run(config).execute()
+            total = time.perf_counter() - start
+            if record:
+                timings.setdefault(f"{label} training", []).append(current["loop"])
+                timings.setdefault(f"{label} run", []).append(total)
+
+        run("warmup", True, record=False)  # fills the caches: pre-trained backbone, tokenisation, λ_p
+        for _ in range(args.repeats):
+            run("off", False)
+            run("on", True)
+    print(f"\nforgetting monitors, {args.method}, {args.steps} steps, defaults (every_steps=100, no probe); "
+          f"median of {args.repeats} alternating runs\n")
+    print("| | monitors off (s) | monitors on (s) | on ÷ off |")
+    print("|---|---:|---:|---:|")
+    for part in ("training", "run"):
+        off, on = statistics.median(timings[f"off {part}"]), statistics.median(timings[f"on {part}"])
+        print(f"| {part} | {off:.2f} | {on:.2f} | {on / off:.3f} |")
+    off, on = statistics.median(timings["off training"]), statistics.median(timings["on training"])
+    print(f"\nTarget training ratio ≤ 1.05: {'MET' if on / off <= 1.05 else 'NOT MET'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""``run.py probe``: the Gaussian sensitivity probe of one or more checkpoints (SPEC §4, progressive sensitivity).
+
+A checkpoint is a Hugging Face folder with a masked-LM head (what ``run.stage: pretrain`` writes, or any Hub-style
+model folder), or a fine-tuning checkpoint of mtft (``<run>/checkpoints/step-N`` or ``<run>/best``), whose run
+config names the backbone that lends the MLM head; a Multi-LoRA checkpoint is probed once per task adapter.
+Several checkpoints (e.g. the token budgets of a pre-training run) give one curve each in the same figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+from mtft.errors import CheckpointError, UserError
+
+
+class ProbeInputError(UserError):
+    """A bad argument of ``run.py probe``."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="run.py probe", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", action="append", required=True, type=Path,
+                        help="a checkpoint folder (repeat for several)")
+    parser.add_argument("--gamma", required=True, help="comma-separated γ values, e.g. 0.01,0.03,0.1")
+    parser.add_argument("--seeds", type=int, default=3, help="noise seeds per γ (at least 3; default 3)")
+    parser.add_argument("--corpus", default=None, help="corpus (Hub id or folder, Hub layout); default: the built-in")
+    parser.add_argument("--languages", default=None,
+                        help="comma-separated languages; default: those the checkpoint was pre-trained or run on")
+    parser.add_argument("--split", default=None, help="held-out split (default: the run's corpus.eval_split, or "
+                        "validation)")
+    parser.add_argument("--name", default=None, help="dataset config per language (default {language})")
+    parser.add_argument("--text-column", default=None, help="text column (default text)")
+    parser.add_argument("--max-examples", type=int, default=None, help="held-out texts per language (default 200)")
+    parser.add_argument("--max-length", type=int, default=None, help="tokens per text (default: the model's limit)")
+    parser.add_argument("--mask-seed", type=int, default=None, help="seed of the fixed masks (default 0)")
+    parser.add_argument("--batch-size", type=int, default=64, help="texts per forward pass (default 64)")
+    parser.add_argument("--out", type=Path, default=Path("probe"), help="output folder (default ./probe)")
+    return parser
+
+
+def parse_gammas(text: str) -> list[float]:
+    try:
+        gammas = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ProbeInputError(f"--gamma {text!r}: expected comma-separated numbers, e.g. 0.01,0.03,0.1") from None
+    if not gammas or any(g <= 0 for g in gammas):
+        raise ProbeInputError(f"--gamma {text!r}: every γ must be a number > 0")
+    return gammas
+
+
+def main(args: argparse.Namespace) -> int:
+    gammas = parse_gammas(args.gamma)
+    if args.seeds < 3:
+        raise ProbeInputError(f"--seeds {args.seeds}: at least 3 noise seeds per γ are needed for a spread")
+    for folder in args.checkpoint:
+        if not folder.is_dir():
+            raise CheckpointError(f"--checkpoint {folder}: not a folder")
+    loaded = [_load(folder, args) for folder in args.checkpoint]  # every input checked before any work
+    from mtft.forgetting.plots import plot_sensitivity
+    from mtft.forgetting.probe import gaussian_probe, init_stds, probe_lp
+
+    results = []
+    for label, models, eval_set, fresh in loaded:
+        for name, mlm in models:
+            stds = init_stds(mlm, fresh)
+            evaluate = probe_lp(mlm, eval_set, args.batch_size, torch.device("cpu"))
+            result = gaussian_probe(mlm, stds, evaluate, gammas, args.seeds, f"{label}{name}")
+            results.append(result)
+            for row in result.summary():
+                print(f"{result.model}  γ={row['gamma']:g}  ΔL_p = {row['dlp/mean/mean']:.4f} ± "
+                      f"{row['dlp/mean/std']:.4f}  (" + ", ".join(
+                          f"{lang} {row[f'dlp/{lang}/mean']:.4f}" for lang in result.baseline) + ")")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "probe.json").write_text(json.dumps(
+        [{"model": r.model, "baseline": r.baseline, "trials": r.trials, "summary": r.summary(),
+          "perturbed_parameters": r.perturbed, "untouched_parameters": r.untouched} for r in results], indent=2) + "\n")
+    languages = list(results[0].baseline)
+    plot_sensitivity([row for r in results for row in r.summary()], languages, args.out / "sensitivity.png")
+    print(f"wrote {args.out / 'probe.json'} and {args.out / 'sensitivity.png'}")
+    return 0
+
+
+def _load(folder: Path, args):
+    """(label, [(adapter name, MaskedLM)], evaluation set, fresh model for the init stds) of one checkpoint."""
+    from mtft.config.schema import RunConfig
+    from mtft.forgetting.corpus import build_eval_set
+    from mtft.forgetting.mlm import attach_head, load_mlm_model, split_mlm_model, MaskedLM
+
+    if (folder / "config.json").is_file():
+        from transformers import AutoTokenizer
+
+        mlm_model = load_mlm_model(str(folder), None, False).eval()
+        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        meta = folder / "pretrain.json"
+        trained_on = json.loads(meta.read_text()).get("languages") if meta.is_file() else None
+        encoder, head, tied = split_mlm_model(mlm_model)
+        models = [("", MaskedLM(encoder, head, tied))]
+        config = RunConfig.model_validate({"run": {"stage": "pretrain"}, "data": {},
+                                           "corpus": _corpus(args, {"languages": trained_on}, folder)})
+        max_length = args.max_length or mlm_model.config.max_position_embeddings - 2
+    else:
+        config, models, mlm_model, tokenizer = _finetune_checkpoint(folder, args)
+        max_length = args.max_length or config.data.max_length
+    eval_set = build_eval_set(config, tokenizer, config.corpus.languages, max_length)
+    fresh = load_mlm_model("tiny", None, False, mlm_model.config)
+    return f"{folder.name}", models, eval_set, fresh
+
+
+def _corpus(args, defaults: dict, folder) -> dict:
+    """The corpus section: ``defaults`` (the run's, or what a pre-trained folder says) overridden by the flags."""
+    given = {"path": args.corpus, "name": args.name, "text_column": args.text_column, "eval_split": args.split,
+             "max_eval_examples": args.max_examples, "mask_seed": args.mask_seed,
+             "languages": args.languages.split(",") if args.languages else None}
+    corpus = {**defaults, **{k: v for k, v in given.items() if v is not None}}
+    if not corpus.get("languages"):
+        raise ProbeInputError(f"--languages: {folder} does not say which languages it knows; list them")
+    return corpus
+
+
+def _finetune_checkpoint(folder: Path, args):
+    """A fine-tuning checkpoint: rebuild the encoder (and its adapters) from the run config, load its weights."""
+    from safetensors.torch import load_file
+
+    from mtft.adapters.methods import apply_method
+    from mtft.config import load_config
+    from mtft.forgetting.mlm import attach_head, load_mlm_model
+    from mtft.forgetting.pretrain import MARKER, prelude_key, task_languages
+    from mtft.models.backbone import build_encoder
+    from mtft.models.tokenizer import load_backbone_tokenizer
+    from mtft.training.setup import cache_dir
+
+    weights, heads_file = folder / "model.safetensors", folder / "heads.json"
+    run_config = next((p / "config.yaml" for p in (folder.parent, folder.parent.parent)
+                       if (p / "config.yaml").is_file()), None)
+    if not weights.is_file() or not heads_file.is_file() or run_config is None:
+        raise CheckpointError(f"--checkpoint {folder}: neither a Hugging Face folder (config.json) nor an mtft "
+                              "checkpoint (model.safetensors, heads.json, and the run's config.yaml above it)")
+    config = load_config(run_config)
+    backbone = config.model.backbone
+    languages = config.corpus.languages or task_languages(config)
+    if config.pretrain.before_finetune:
+        backbone = str(cache_dir(config) / "pretrained" / prelude_key(config, languages))
+        if not (Path(backbone) / MARKER).is_file():
+            raise CheckpointError(f"--checkpoint {folder}: its pre-trained backbone is not in the cache ({backbone}); "
+                                  "run the run's config again to rebuild it")
+    elif backbone == "tiny":
+        raise CheckpointError(f"--checkpoint {folder}: the run fine-tuned an untrained tiny encoder, which has no "
+                              "masked-LM head to probe; pre-train it (pretrain.before_finetune) or probe a backbone")
+    model_cfg = config.model.model_copy(update={"backbone": backbone, "revision": None if
+                                                config.pretrain.before_finetune else config.model.revision})
+    tokenizer = load_backbone_tokenizer(backbone, model_cfg.revision, model_cfg.trust_remote_code)
+    encoder = build_encoder(model_cfg, tokenizer, config.data.max_length, config.run.seed)
+    tasks = list(json.loads(heads_file.read_text()))
+    apply_method(encoder, config.model.adapter, num_tasks=len(tasks), seed=config.run.seed)
+    state = {k.removeprefix("encoder."): v for k, v in load_file(str(weights)).items() if k.startswith("encoder.")}
+    missing, unexpected = encoder.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise CheckpointError(f"{weights} does not fit the run's encoder: missing {sorted(missing)[:3]}, "
+                              f"unexpected {sorted(unexpected)[:3]}")
+    encoder.eval()
+    mlm_model = load_mlm_model(backbone, model_cfg.revision, model_cfg.trust_remote_code)
+    mlm = attach_head(encoder, mlm_model)
+    if config.model.adapter.method == "multi_lora":
+        models = []
+        for index, task in enumerate(tasks):
+            routed = attach_head(encoder, mlm_model)
+            routed.adapter = index
+            models.append((f"/{task}", routed))
+    else:
+        models = [("", mlm)]
+    corpus = _corpus(args, {**config.corpus.model_dump(), "languages": languages}, folder)
+    config = config.model_copy(update={"corpus": type(config.corpus).model_validate(corpus)})
+    return config, models, mlm_model, tokenizer

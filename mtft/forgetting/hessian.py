@@ -1,0 +1,196 @@
+"""λ_p and the second-order prediction: exact Hessian-vector products of L_p over a fixed batch.
+
+``LpObjective`` is L_p on a fixed batch as a function of a chosen subset of the masked-LM's parameters (the
+ones fine-tuning moves), evaluated at a given point (θ_p) through ``torch.func.functional_call``: the point's
+tensors become fresh leaves that share storage with the weights (no copy), so neither the model's ``.grad``
+nor its hooks are touched. H·v is the gradient of ⟨∇L, v⟩ (double backward, one batch at a time so only one
+batch's graph is alive), in eval mode and with eager attention.
+
+λ_p is the largest eigenvalue, by power iteration (shifted when the dominant eigenvalue is negative, since
+Theorem 1 needs the largest, not the largest in magnitude) or by Lanczos through scipy's ARPACK ``eigsh`` on
+the same products. The estimate is a Rayleigh quotient, hence never above the true top eigenvalue of the batch
+Hessian; convergence is reported as the residual ||Hv − λv|| / |λ| (some eigenvalue lies within it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Mapping, Optional
+
+import numpy as np
+import torch
+
+from mtft.forgetting.mlm import MaskedLM, eager_attention, evaluating
+
+Vector = list[torch.Tensor]
+
+
+def dot(a: Vector, b: Vector) -> float:
+    return float(sum(torch.vdot(x.reshape(-1), y.reshape(-1)).double() for x, y in zip(a, b)))
+
+
+def norm(a: Vector) -> float:
+    return dot(a, a) ** 0.5
+
+
+@dataclass
+class EigenResult:
+    value: float
+    method: str
+    products: int  # Hessian-vector products spent
+    residual: float  # ||Hv − λv|| / |λ| of the returned pair
+    converged: bool
+    history: list[float] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class LpObjective:
+    """L_p(θ) = mean over languages of the per-language mean masked-LM loss, on fixed ``batches``."""
+
+    def __init__(self, mlm: MaskedLM, names: list[str], batches: Mapping[str, list[dict[str, torch.Tensor]]],
+                 device, fixed: Optional[dict[str, torch.Tensor]] = None):
+        self.mlm, self.names, self.device = mlm, names, device
+        self.batches = {lang: [{k: v.to(device) for k, v in b.items()} for b in bs] for lang, bs in batches.items()}
+        self.fixed = fixed or {}
+        counts = {lang: sum(int((b["labels"] != -100).sum()) for b in bs) for lang, bs in self.batches.items()}
+        # each batch's loss sum enters L_p with this weight
+        self.scale = {lang: 1.0 / (counts[lang] * len(self.batches)) for lang in self.batches}
+
+    def _each_batch(self, point: Mapping[str, torch.Tensor], fn: Callable) -> None:
+        params = {**self.fixed, **point}
+        with evaluating(self.mlm), eager_attention(self.mlm.encoder):
+            for lang, batches in self.batches.items():
+                for batch in batches:
+                    loss_sum, _ = torch.func.functional_call(self.mlm, params, args=(), kwargs=batch)
+                    fn(loss_sum * self.scale[lang])
+
+    def leaves(self, point: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {n: point[n].detach().requires_grad_(True) for n in self.names}
+
+    def value(self, point: Mapping[str, torch.Tensor]) -> float:
+        total = [0.0]
+
+        def add(loss):
+            total[0] += float(loss.detach().double())
+
+        with torch.no_grad():
+            self._each_batch({n: point[n] for n in self.names}, add)
+        return total[0]
+
+    def gradient(self, point: Mapping[str, torch.Tensor]) -> tuple[float, Vector]:
+        leaves = self.leaves(point)
+        grads = [torch.zeros_like(x) for x in leaves.values()]
+        total = [0.0]
+
+        def add(loss):
+            total[0] += float(loss.detach().double())
+            for g, d in zip(grads, torch.autograd.grad(loss, list(leaves.values()))):
+                g.add_(d)
+
+        self._each_batch(leaves, add)
+        return total[0], grads
+
+    def hvp(self, point: Mapping[str, torch.Tensor], vector: Vector) -> tuple[float, Vector, Vector]:
+        """(L, ∇L, H·vector) at ``point``: one double-backward pass per batch."""
+        leaves = self.leaves(point)
+        params = list(leaves.values())
+        grads = [torch.zeros_like(x) for x in params]
+        products = [torch.zeros_like(x) for x in params]
+        total = [0.0]
+
+        def add(loss):
+            total[0] += float(loss.detach().double())
+            first = torch.autograd.grad(loss, params, create_graph=True)
+            inner = sum((g * v).sum() for g, v in zip(first, vector))
+            for acc, g in zip(grads, first):
+                acc.add_(g.detach())
+            for acc, hv in zip(products, torch.autograd.grad(inner, params)):
+                acc.add_(hv)
+
+        self._each_batch(leaves, add)
+        return total[0], grads, products
+
+    def second_order(self, point: Mapping[str, torch.Tensor], delta: Vector) -> dict[str, float]:
+        """g_pᵀΔ + ½ ΔᵀH_pΔ at ``point`` (= θ_p) with one Hessian-vector product."""
+        loss, grad, product = self.hvp(point, delta)
+        linear, quadratic = dot(grad, delta), 0.5 * dot(delta, product)
+        return {"loss": loss, "linear": linear, "quadratic": quadratic, "prediction": linear + quadratic,
+                "grad_norm": norm(grad)}
+
+    def random_vector(self, point: Mapping[str, torch.Tensor], seed: int) -> Vector:
+        generator = torch.Generator().manual_seed(seed)
+        return [torch.randn(point[n].shape, generator=generator, dtype=torch.float32).to(point[n])
+                for n in self.names]
+
+
+def power_iteration(matvec: Callable[[Vector], Vector], start: Vector, iterations: int, tol: float) -> EigenResult:
+    """Largest eigenvalue (algebraic) of a symmetric operator given by ``matvec``."""
+    first = _power(matvec, start, iterations, tol, shift=0.0)
+    if first.value >= 0 or first.products >= iterations:
+        return first
+    # The dominant eigenvalue is negative: the top one is found on H − λ_neg·I, whose eigenvalues are ≥ 0.
+    shifted = _power(matvec, start, iterations - first.products, tol, shift=first.value)
+    shifted.products += first.products
+    return shifted
+
+
+def _power(matvec, start: Vector, iterations: int, tol: float, shift: float) -> EigenResult:
+    v = [x / norm(start) for x in start]
+    history: list[float] = []
+    value, residual = 0.0, float("inf")
+    for k in range(1, iterations + 1):
+        w = matvec(v)
+        if shift:
+            w = [a - shift * b for a, b in zip(w, v)]
+        value = dot(v, w)
+        residual = norm([a - value * b for a, b in zip(w, v)]) / max(abs(value + shift), 1e-30)
+        history.append(value + shift)
+        if residual <= tol:
+            return EigenResult(value + shift, "power", k, residual, True, history)
+        size = norm(w)
+        if size == 0:  # v lies in the null space: every eigenvalue seen is 0
+            return EigenResult(shift, "power", k, 0.0, True, history)
+        v = [x / size for x in w]
+    return EigenResult(value + shift, "power", iterations, residual, False, history)
+
+
+def lanczos(matvec: Callable[[Vector], Vector], start: Vector, iterations: int, tol: float) -> EigenResult:
+    """Largest eigenvalue by implicitly restarted Lanczos (scipy.sparse.linalg.eigsh, ARPACK)."""
+    from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
+
+    shapes = [x.shape for x in start]
+    sizes = [x.numel() for x in start]
+    template = start
+    count = [0]
+
+    def unflatten(flat: np.ndarray) -> Vector:
+        parts = np.split(flat, np.cumsum(sizes)[:-1])
+        return [torch.from_numpy(p.astype(np.float32)).reshape(s).to(t) for p, s, t in zip(parts, shapes, template)]
+
+    def apply(flat: np.ndarray) -> np.ndarray:
+        count[0] += 1
+        out = matvec(unflatten(np.asarray(flat, dtype=np.float64).reshape(-1)))
+        return np.concatenate([x.detach().double().cpu().reshape(-1).numpy() for x in out])
+
+    n = sum(sizes)
+    operator = LinearOperator((n, n), matvec=apply, dtype=np.float64)
+    v0 = np.concatenate([x.detach().double().cpu().reshape(-1).numpy() for x in start])
+    ncv = min(n, 20)
+    try:
+        values, vectors = eigsh(operator, k=1, which="LA", v0=v0, tol=tol, ncv=ncv,
+                                maxiter=max(1, iterations // ncv))
+        converged = True
+    except ArpackNoConvergence as exc:
+        if len(exc.eigenvalues) == 0:
+            return EigenResult(float("nan"), "lanczos", count[0], float("inf"), False)
+        values, vectors, converged = exc.eigenvalues, exc.eigenvectors, False
+    value, vector = float(values[0]), vectors[:, 0]
+    product = apply(vector)
+    residual = float(np.linalg.norm(product - value * vector) / max(abs(value), 1e-30))
+    return EigenResult(value, "lanczos", count[0], residual, converged, [value])
+
+
+def top_eigenvalue(matvec, start: Vector, method: str, iterations: int, tol: float) -> EigenResult:
+    return (lanczos if method == "lanczos" else power_iteration)(matvec, start, iterations, tol)

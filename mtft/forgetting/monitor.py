@@ -1,0 +1,332 @@
+"""The Theorem-1 monitor of a fine-tuning run (SPEC §1, §4).
+
+Every step, from the actual update: K, Σ_k ||Δθ_k||², ||θ − θ_p||², and the displacement and path bounds
+(λ_p/2)·||θ − θ_p||² and (λ_p/2)·K·Σ||Δθ_k||² (cheap: norms of the tensors fine-tuning moves). Every
+``forgetting.every_steps`` and at the end: the measured forgetting F_p = L_p(θ) − L_p(θ_p) per language on the
+held-out corpus, and on a fixed (smaller) batch the second-order prediction g_pᵀΔ + ½ΔᵀH_pΔ (one
+Hessian-vector product at θ_p), so that a measured F_p above the bound can be told apart: θ_p not a minimum
+(the linear term) or the quadratic regime broken down (measured far above the prediction).
+
+λ_p is computed once per (θ_p, batch, settings) and cached beside the backbone when it is a local folder (the
+pre-trained checkpoint it belongs to), otherwise in the cache dir. With Multi-LoRA every task adapter is its own
+model θ_i = W0 + s·B_i·A: F_p, distances and bounds are reported per task, λ_p is taken over the adapted layers'
+weights (the only ones the adapters move; a principal block of the full Hessian, so never larger than the full
+λ_p and still a valid bound for these displacements).
+
+All ranks compute the same numbers (they hold the same weights); rank 0 logs and writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from mtft.config.schema import RunConfig
+from mtft.errors import ConfigError
+from mtft.forgetting.corpus import MlmEvalSet, build_eval_set, corpus_languages
+from mtft.forgetting.displacement import FullDisplacement, LoraDisplacement
+from mtft.forgetting.hessian import EigenResult, LpObjective, top_eigenvalue
+from mtft.forgetting.mlm import attach_head, load_mlm_model, lp_per_language, lp_sums
+from mtft.forgetting.probe import gaussian_probe, init_stds, probe_lp
+from mtft.reporting.logs import logger
+from mtft.training.engine import read_deepspeed_json, use_bf16
+
+LAMBDA_VERSION = "1"
+
+
+@dataclass
+class ForgettingSetup:
+    """What the monitors need that can fail on bad input, prepared before the run directory is written."""
+
+    eval_set: MlmEvalSet
+    model_config: RunConfig  # with model.backbone resolved (the pre-trained checkpoint of a pretrain prelude)
+
+
+def prepare_forgetting(config: RunConfig, model_config: RunConfig, data) -> Optional[ForgettingSetup]:
+    """Check the monitors' settings and load their corpus; ``None`` when they are off."""
+    cfg = config.forgetting
+    if not cfg.enabled:
+        return None
+    stage = read_deepspeed_json(config.training.deepspeed_config).get("zero_optimization", {}).get("stage", 0)
+    if stage == 3:
+        raise ConfigError("forgetting monitors need every weight in full on each rank; use ZeRO stage 0-2 "
+                          f"(not 3, from {config.training.deepspeed_config}) or forgetting.enabled=false")
+    if cfg.budget is not None and cfg.budget.action == "scale" and (stage > 0 or use_bf16(config.training)):
+        raise ConfigError("forgetting.budget.action=scale edits the weights the optimizer steps, which needs "
+                          "ZeRO stage 0 in fp32; use action=stop here")
+    if config.model.adapter.method == "head":
+        logger.info("forgetting monitors: model.adapter.method=head keeps the encoder frozen, so L_p cannot "
+                    "change (F_p = 0); monitors off")
+        return None
+    if config.model.backbone != "tiny" and config.corpus.path is None and not config.pretrain.before_finetune:
+        logger.warning("forgetting monitors: corpus.path is not set, so L_p is measured on the built-in "
+                       "synthetic corpus; set corpus.path to generic text in your backbone's languages")
+    languages = corpus_languages(config, [lang for td in data.tasks.values() for lang in td.languages])
+    return ForgettingSetup(build_eval_set(config, data.tokenizer, languages, config.data.max_length), model_config)
+
+
+def budget_alpha(previous: float, update: float, new: float, radius_sq: float) -> float:
+    """Largest α ∈ [0, 1] with ||D + α·Δ||² ≤ radius², where D = θ_k − θ_p (||D||² = ``previous``), Δ the
+    step's update (||Δ||² = ``update``) and ||D + Δ||² = ``new``; ⟨D, Δ⟩ follows from the three norms."""
+    if previous >= radius_sq:
+        return 0.0
+    if update <= 0 or new <= radius_sq:
+        return 1.0
+    cross = 0.5 * (new - previous - update)
+    disc = cross * cross - update * (previous - radius_sq)
+    return min(1.0, max(0.0, (-cross + math.sqrt(max(disc, 0.0))) / update))
+
+
+def _key(name: str, group: str, language: str = "") -> str:
+    """name[/group][/language]: group is "" for full fine-tuning, a task for Multi-LoRA."""
+    return "/".join(part for part in (name, group, language) if part)
+
+
+class NullMonitor:
+    """Monitors off: every hook does nothing."""
+
+    def start(self, step, log) -> None: ...
+    def after_step(self, step) -> Optional[str]: return None
+    def end(self, step) -> None: ...
+    def state_dict(self) -> dict: return {}
+    def load_state_dict(self, state) -> None: ...
+
+
+class ForgettingMonitor:
+    def __init__(self, setup: ForgettingSetup, config: RunConfig, engine, data, is_main: bool, run_dir: Path):
+        self.config, self.cfg = config, config.forgetting
+        self.engine, self.is_main, self.run_dir = engine, is_main, run_dir
+        self.eval_set = setup.eval_set
+        self.device = engine.device
+        model = setup.model_config.model
+        self.backbone = model.backbone
+        encoder = engine.module.encoder
+        self.mlm_model = load_mlm_model(model.backbone, model.revision, model.trust_remote_code,
+                                        encoder.config if model.backbone == "tiny" else None)
+        self.mlm = attach_head(encoder, self.mlm_model)
+        if config.model.adapter.method == "multi_lora":
+            self.tracker = LoraDisplacement(encoder, list(data.tasks))
+        else:
+            self.tracker = FullDisplacement(encoder)
+        self.groups = self.tracker.groups
+        names, fixed = self.tracker.hessian_subset()
+        def batches(limit):
+            return {lang: self.eval_set.batches(lang, self.cfg.batch_size, limit) for lang in self.eval_set.languages}
+
+        # λ_p once (cached) on a larger batch; the second-order prediction every measurement on a smaller one
+        self.eigen_objective = LpObjective(self.mlm, names, batches(self.cfg.hessian_examples), self.device, fixed)
+        self.prediction_batches = batches(self.cfg.prediction_examples)
+        self.objective = LpObjective(self.mlm, names, self.prediction_batches, self.device, fixed)
+        self.handles = []
+        if self.cfg.regularization > 0:
+            self.handles = self.tracker.regularize(self.cfg.regularization, engine.gradient_accumulation_steps())
+        self.steps = 0  # K
+        self.sum_update_sq = [0.0] * len(self.groups)
+        self.distance_sq = [0.0] * len(self.groups)
+        self.last_evaluated: Optional[int] = None
+        self.eigen: Optional[EigenResult] = None
+
+    # ---------------------------------------------------------------------------------------------
+    @property
+    def lambda_p(self) -> float:
+        return self.eigen.value
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"steps": self.steps, "sum_update_sq": self.sum_update_sq, "distance_sq": self.distance_sq}
+
+    def load_state_dict(self, state: Optional[dict]) -> None:
+        if state:
+            self.steps = int(state["steps"])
+            self.sum_update_sq = [float(v) for v in state["sum_update_sq"]]
+            self.distance_sq = [float(v) for v in state["distance_sq"]]
+
+    def start(self, step: int, log) -> None:
+        """L_p(θ_p) and λ_p (cached), once; the trackers synchronised with the current weights."""
+        self.log = log
+        self.tracker.advance()
+        with self.tracker.at_pretrained():
+            self.lp_pretrained = self._lp_group(0)  # at θ_p every task adapter is the same model
+            self.lp_batch_pretrained = self._lp_batch()
+            start = time.perf_counter()
+            self.eigen, cached = self._lambda_p()
+        values = {"lambda_p": self.lambda_p, **{f"eigen_{k}": v for k, v in self.eigen.as_dict().items()
+                                                if k != "history"},
+                  "cached": cached, "seconds": time.perf_counter() - start,
+                  "parameters": sum(self.objective_point()[n].numel() for n in self.objective.names),
+                  "hessian_examples_per_language": self.cfg.hessian_examples,
+                  "prediction_examples_per_language": self.cfg.prediction_examples,
+                  "lp_batch_pretrained": self.lp_batch_pretrained,
+                  **{f"lp_pretrained/{lang}": v for lang, v in self.lp_pretrained.items()}}
+        if step == 0:  # a resumed run keeps the event its first attempt logged
+            log.log(step, "lambda_p", values)
+        state = "converged" if self.eigen.converged else "NOT converged"
+        logger.info(f"forgetting: λ_p = {self.lambda_p:.6g} ({self.eigen.method}, {self.eigen.products} Hessian-vector "
+                    f"products, residual {self.eigen.residual:.2e}, {state}{', cached' if cached else ''}); "
+                    f"L_p(θ_p) = " + ", ".join(f"{k} {v:.4f}" for k, v in self.lp_pretrained.items()))
+
+    def objective_point(self) -> dict[str, torch.Tensor]:
+        return self.tracker.pretrained_point()
+
+    # ---------------------------------------------------------------------------------------------
+    def after_step(self, step: int) -> Optional[str]:
+        """Track the update just applied; returns a reason to stop (forgetting budget) or None."""
+        update_sq, distance_sq = self.tracker.measure()
+        stop = None
+        budget = self.cfg.budget
+        if budget is not None:
+            bounds = [0.5 * self.lambda_p * d for d in distance_sq]
+            if any(b > budget.value for b in bounds):
+                if budget.action == "stop":
+                    stop = "forgetting_budget"
+                else:
+                    alphas = [budget_alpha(prev, upd, new, 2.0 * budget.value / self.lambda_p) if b > budget.value else 1.0
+                              for prev, upd, new, b in zip(self.distance_sq, update_sq, distance_sq, bounds)]
+                    self.tracker.scale_update(alphas)
+                    update_sq, distance_sq = self.tracker.measure()
+                    self.log.log(step, "budget", {_key("alpha", g): a for g, a in zip(self.groups, alphas)})
+        self.tracker.advance()
+        self.steps += 1
+        self.sum_update_sq = [s + u for s, u in zip(self.sum_update_sq, update_sq)]
+        self.distance_sq = distance_sq
+        if step % self.config.logging.every_steps == 0 or stop:
+            self.log.log(step, "displacement", self._displacement_values())
+        if step % self.cfg.every_steps == 0:
+            self.evaluate(step)
+        return stop
+
+    def _displacement_values(self) -> dict[str, Any]:
+        values: dict[str, Any] = {"K": self.steps}
+        for g, group in enumerate(self.groups):
+            values[_key("sum_update_sq", group)] = self.sum_update_sq[g]
+            values[_key("distance", group)] = math.sqrt(self.distance_sq[g])
+            values[_key("bound_displacement", group)] = 0.5 * self.lambda_p * self.distance_sq[g]
+            values[_key("bound_path", group)] = 0.5 * self.lambda_p * self.steps * self.sum_update_sq[g]
+            if self.cfg.regularization:
+                values[_key("regularization", group)] = self.cfg.regularization * self.distance_sq[g]
+        return values
+
+    # ---------------------------------------------------------------------------------------------
+    def _lp_group(self, group: int) -> dict[str, float]:
+        with self.mlm.routed_to(self.tracker.adapter(group)):
+            return lp_per_language(self.mlm, self.eval_set, self.cfg.batch_size, self.device)
+
+    def _lp_batch(self) -> float:
+        """L_p on the fixed prediction batch: mean over languages of each language's mean (as LpObjective)."""
+        means = []
+        for batches in self.prediction_batches.values():
+            total, count = lp_sums(self.mlm, batches, self.device)
+            means.append(total / count)
+        return sum(means) / len(means)
+
+    def evaluate(self, step: int) -> None:
+        values = self._displacement_values()
+        point = self.objective_point()
+        for g, group in enumerate(self.groups):
+            lp = self._lp_group(g)
+            forgetting = {lang: lp[lang] - self.lp_pretrained[lang] for lang in lp}
+            mean_forgetting = sum(forgetting.values()) / len(forgetting)
+            with self.mlm.routed_to(self.tracker.adapter(g)):
+                batch_forgetting = self._lp_batch() - self.lp_batch_pretrained
+            second = self.objective.second_order(point, self.tracker.delta(g, self.objective.names))
+            for lang in lp:
+                values[_key("lp", group, lang)] = lp[lang]
+                values[_key("F_p", group, lang)] = forgetting[lang]
+            bound = values[_key("bound_displacement", group)]
+            values.update({
+                _key("F_p", group): mean_forgetting,
+                _key("F_batch", group): batch_forgetting,
+                _key("prediction", group): second["prediction"],
+                _key("linear", group): second["linear"],
+                _key("quadratic", group): second["quadratic"],
+                _key("exceeds_bound", group): int(mean_forgetting > bound),
+            })
+            if mean_forgetting > bound:
+                logger.warning(f"step {step}: measured forgetting{' of ' + group if group else ''} "
+                               f"F_p = {mean_forgetting:.4g} exceeds the Theorem-1 bound {bound:.4g}")
+        self.log.log(step, "forgetting", values)
+        self.last_evaluated = step
+
+    # ---------------------------------------------------------------------------------------------
+    def end(self, step: int) -> None:
+        """The final measurement (if the last step was not one), and the end-of-run probe (rank 0)."""
+        if self.last_evaluated != step:
+            self.evaluate(step)
+        for handle in self.handles:
+            handle.remove()
+        probe = self.cfg.probe
+        if not probe.gammas or not self.is_main:
+            return
+        start = time.perf_counter()
+        stds = init_stds(self.mlm, self._fresh_model())
+        evaluate = probe_lp(self.mlm, self.eval_set, self.cfg.batch_size, self.device)
+        results = []
+        if probe.include_pretrained:
+            with self.tracker.at_pretrained():
+                results.append(gaussian_probe(self.mlm, stds, evaluate, probe.gammas, probe.seeds, "pre-trained"))
+        for g, group in enumerate(self.groups):
+            with self.mlm.routed_to(self.tracker.adapter(g)):
+                name = f"fine-tuned/{group}" if group else "fine-tuned"
+                results.append(gaussian_probe(self.mlm, stds, evaluate, probe.gammas, probe.seeds, name))
+        for result in results:
+            for row in result.summary():
+                self.log.log(step, "probe", {**row, "perturbed": result.perturbed, "untouched": result.untouched})
+        logger.info(f"sensitivity probe: {len(results)} model(s) × {len(probe.gammas)} γ × {probe.seeds} seeds in "
+                    f"{time.perf_counter() - start:.1f} s -> probe.json")
+        (self.run_dir / "probe.json").write_text(json.dumps(
+            [{"model": r.model, "baseline": r.baseline, "trials": r.trials, "summary": r.summary(),
+              "perturbed_parameters": r.perturbed, "untouched_parameters": r.untouched} for r in results],
+            indent=2) + "\n")
+
+    def _fresh_model(self):
+        return load_mlm_model("tiny", None, False, self.mlm_model.config)
+
+    # ---------------------------------------------------------------------------------------------
+    def _lambda_p(self) -> tuple[EigenResult, bool]:
+        """λ_p from the cache, or by power iteration / Lanczos at θ_p (the caller holds θ_p in place)."""
+        path = self._cache_path(self._cache_key())
+        distributed = torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1
+        cached = torch.tensor([float(path.is_file())], device=self.device)
+        if distributed:  # every rank takes the same branch, or the broadcast below would wait forever
+            torch.distributed.all_reduce(cached, op=torch.distributed.ReduceOp.MIN)
+        if bool(cached.item()):
+            data = json.loads(path.read_text())
+            return EigenResult(**data["eigen"]), True
+        point = self.objective_point()
+        start_vector = self.eigen_objective.random_vector(point, seed=0)
+        result = top_eigenvalue(lambda v: self.eigen_objective.hvp(point, v)[2], start_vector, self.cfg.eigen_method,
+                                self.cfg.eigen_iterations, self.cfg.eigen_tol)
+        if distributed:
+            value = torch.tensor([result.value], dtype=torch.float64, device=self.device)
+            torch.distributed.broadcast(value, src=0)  # one λ_p for every rank's budget decisions
+            result.value = float(value)
+        if self.is_main:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+            tmp.write_text(json.dumps({"backbone": self.backbone, "eigen": result.as_dict()}, indent=2) + "\n")
+            os.replace(tmp, path)
+        return result, False
+
+    def _cache_key(self) -> str:
+        digest = hashlib.sha256(f"lambda-v{LAMBDA_VERSION}|{self.cfg.eigen_method}|{self.cfg.eigen_iterations}|"
+                                f"{self.cfg.eigen_tol}|{self.cfg.hessian_examples}|{self.objective.names}|"
+                                f"{sorted(self.objective.fixed)}|{self.eval_set.digest()}".encode())
+        for name, param in self.mlm.named_parameters():  # θ_p itself (the caller holds it in place)
+            digest.update(name.encode())
+            digest.update(param.detach().float().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        return digest.hexdigest()[:24]
+
+    def _cache_path(self, key: str) -> Path:
+        folder = Path(self.backbone)
+        if folder.is_dir() and os.access(folder, os.W_OK):
+            return folder / "lambda_p" / f"{key}.json"
+        from mtft.training.setup import cache_dir
+
+        return cache_dir(self.config) / "lambda_p" / f"{key}.json"

@@ -1,0 +1,292 @@
+"""Masked-LM pre-training: ``run.stage: pretrain``, and the cached prelude of ``pretrain.before_finetune``.
+
+The backbone is pre-trained on ``corpus`` (its ``train_split``, in ``corpus.languages``) from scratch (``tiny``:
+a random XLM-R of the ``model.tiny`` shape, with a tokenizer trained on the corpus) or continued (a Hub id or
+folder with a masked-LM head). Texts are packed into blocks of ``block_size`` tokens as transformers'
+``run_mlm.py`` does and masked dynamically by ``DataCollatorForLanguageModeling``, so a step sees exactly
+global batch × block_size tokens and token budgets are exact multiples of it (a checkpoint is saved at the
+first step that reaches its budget). The loop is the same DeepSpeed engine as fine-tuning.
+
+Every checkpoint is a Hugging Face folder (``config.json``, ``model.safetensors``, the tokenizer,
+``pretrain.json`` with tokens, steps and L_p per language), written as ``.partial`` and renamed when complete,
+so ``model.backbone: <folder>`` fine-tunes from it and ``run.py probe --checkpoint <folder>`` probes it.
+
+``schedule_per_budget`` pre-trains every budget from scratch with its own schedule annealed to zero (the
+controlled set-up of SPEC §4, where budgets must not be confounded by the learning-rate schedule).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+from transformers import AutoModelForMaskedLM
+
+from mtft.config.load import config_to_yaml
+from mtft.config.schema import RunConfig, WeightingSection
+from mtft.data.sources import resolve_source
+from mtft.errors import ConfigError
+from mtft.forgetting.corpus import build_eval_set, corpus_path, corpus_texts, masking_collator, packed_blocks
+from mtft.forgetting.mlm import load_mlm_model, lp_per_language, split_mlm_model, MaskedLM
+from mtft.models.backbone import tiny_config
+from mtft.models.tokenizer import load_backbone_tokenizer, tiny_tokenizer
+from mtft.reporting.logs import MetricsLog, add_file_log, logger, setup_console_logging
+from mtft.tasks.base import DatasetRef
+from mtft.tasks.registry import discover_tasks, get_task
+from mtft.training import checkpoint as ckpt
+from mtft.training.distributed import ProcessInfo, barrier, init_distributed
+from mtft.training.engine import initialize, read_deepspeed_json
+
+PRETRAIN_VERSION = "1"  # bump when pre-training changes what it produces, to invalidate cached checkpoints
+MARKER = "COMPLETE"
+
+
+class Pretraining:
+    """Corpus, tokenizer, blocks and model factory of one pre-training set-up (``config.pretrain``)."""
+
+    def __init__(self, config: RunConfig, languages: list[str], proc: ProcessInfo):
+        self.config, self.languages, self.proc = config, languages, proc
+        stage = read_deepspeed_json(config.training.deepspeed_config).get("zero_optimization", {}).get("stage", 0)
+        if stage == 3:
+            raise ConfigError("pre-training evaluates L_p on full weights; use ZeRO stage 0-2, not 3 "
+                              f"(from {config.training.deepspeed_config})")
+        p = config.pretrain
+        self.block_size = p.block_size or config.data.max_length
+        texts = {lang: corpus_texts(config, lang, config.corpus.train_split) for lang in languages}
+        model = config.model
+        if model.backbone == "tiny":
+            from mtft.training.setup import cache_dir
+
+            self.tokenizer = tiny_tokenizer([t for ts in texts.values() for t in ts], model.tiny.vocab_size,
+                                            cache_dir(config))
+            self.mlm_config = tiny_config(model, self.tokenizer, max(self.block_size, config.data.max_length))
+        else:
+            self.tokenizer = load_backbone_tokenizer(model.backbone, model.revision, model.trust_remote_code)
+            self.mlm_config = None
+        masking_collator(self.tokenizer, config.corpus.mlm_probability)  # no mask token: one clear error now
+        self.blocks = [b for lang in languages for b in packed_blocks(self.tokenizer, texts[lang], self.block_size)]
+        self.tokens_per_step = p.micro_batch_size * proc.world_size * self.block_size
+        if len(self.blocks) < p.micro_batch_size * proc.world_size:
+            raise ConfigError(f"corpus: {len(self.blocks)} blocks of {self.block_size} tokens are fewer than one "
+                              f"global batch ({p.micro_batch_size * proc.world_size}); lower pretrain.micro_batch_size")
+        self.eval_set = build_eval_set(config, self.tokenizer, languages, self.block_size)
+
+    def new_model(self):
+        model = self.config.model
+        if self.mlm_config is not None:
+            torch.manual_seed(self.config.run.seed)
+            return AutoModelForMaskedLM.from_config(self.mlm_config)
+        return load_mlm_model(model.backbone, model.revision, model.trust_remote_code)
+
+    def steps_for(self, tokens: int) -> int:
+        return math.ceil(tokens / self.tokens_per_step)
+
+    def train(self, tokens: int, budgets: list[int], save: Callable[[int, int, int, dict, object], None],
+              log: Optional[MetricsLog], step_offset: int = 0) -> None:
+        """One run of ``tokens`` tokens with its own schedule; ``save(budget, tokens_seen, step, lp, engine)`` at
+        each budget it passes."""
+        p, proc = self.config.pretrain, self.proc
+        steps = self.steps_for(tokens)
+        model = self.new_model()
+        training = self.config.training.model_copy(update={
+            "optimizer": p.optimizer, "scheduler": p.scheduler, "max_steps": steps,
+            "micro_batch_size": p.micro_batch_size, "gradient_accumulation_steps": 1})
+        engine = initialize(model, self.config.model_copy(update={"training": training,
+                                                                   "weighting": WeightingSection()}),
+                            proc.world_size)
+        engine.train()
+        torch.manual_seed(self.config.run.seed + 1 + proc.rank)  # masking and dropout stream of this rank
+        collator = masking_collator(self.tokenizer, self.config.corpus.mlm_probability)
+        order = torch.Generator().manual_seed(self.config.run.seed)
+        batch_rows = p.micro_batch_size * proc.world_size
+        queue: list[int] = []
+        pending = sorted(b for b in budgets if b <= tokens)
+        seen, window, start = 0, [], time.perf_counter()
+        for step in range(1, steps + 1):
+            while len(queue) < batch_rows:  # a fresh permutation of the blocks per pass
+                queue += torch.randperm(len(self.blocks), generator=order).tolist()
+            rows, queue = queue[:batch_rows], queue[batch_rows:]
+            mine = rows[proc.rank * p.micro_batch_size : (proc.rank + 1) * p.micro_batch_size]
+            batch = collator([{"input_ids": self.blocks[i], "attention_mask": [1] * self.block_size} for i in mine])
+            loss = engine(**{k: v.to(engine.device) for k, v in batch.items()}).loss
+            engine.backward(loss)
+            engine.step()
+            seen += self.tokens_per_step
+            window.append(float(loss.detach()))
+            if log is not None and (step % p.log_every_steps == 0 or step == steps):
+                log.log(step_offset + step, "pretrain", {"loss": sum(window) / len(window), "tokens": seen,
+                                                         "lr": engine.get_lr()[0],
+                                                         "seconds": time.perf_counter() - start})
+                window = []
+            while pending and seen >= pending[0]:
+                budget = pending.pop(0)
+                save(budget, seen, step, self.evaluate(engine.module), engine)
+
+    def evaluate(self, mlm_model) -> dict[str, float]:
+        encoder, head, tied = split_mlm_model(mlm_model)
+        wrapper = MaskedLM(encoder, head, tied)
+        return lp_per_language(wrapper, self.eval_set, 64, next(mlm_model.parameters()).device)
+
+    def write_checkpoint(self, folder: Path, engine, meta: dict) -> None:
+        """A Hugging Face folder, complete or invisible (``.partial`` renamed at the end)."""
+        state = ckpt.full_state_dict(engine)
+        if self.proc.is_main:
+            partial = folder.with_name(folder.name + ".partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir(parents=True)
+            engine.module.save_pretrained(str(partial), state_dict=state)
+            self.tokenizer.save_pretrained(str(partial))
+            ckpt.write_json(partial / "pretrain.json", meta)
+            (partial / MARKER).write_text("complete\n")
+            shutil.rmtree(folder, ignore_errors=True)
+            os.replace(partial, folder)
+        barrier()
+
+
+def _meta(config: RunConfig, languages: list[str], budget: int, seen: int, step: int, lp: dict) -> dict:
+    return {"tokens_budget": budget, "tokens_seen": seen, "steps": step, "lp": lp, "languages": languages,
+            "corpus": corpus_path(config.corpus), "backbone": config.model.backbone, "seed": config.run.seed}
+
+
+def quiet_progress() -> None:
+    """mtft logs one line per stage; the libraries' own progress bars would only interleave with it."""
+    import datasets
+    import transformers
+
+    datasets.disable_progress_bars()
+    transformers.utils.logging.disable_progress_bar()
+
+
+# ------------------------------------------------------------------------------------------------------
+def task_languages(config: RunConfig) -> list[str]:
+    available = discover_tasks(config.data.task_dirs)
+    languages: list[str] = []
+    for selection in config.data.tasks:
+        languages += selection.languages or list(get_task(selection.name, available).languages)
+    return list(dict.fromkeys(languages))
+
+
+def prelude_key(config: RunConfig, languages: list[str]) -> str:
+    """A hash of everything that determines the pre-trained checkpoint of ``pretrain.before_finetune``."""
+    model = config.model.model_dump(mode="json", exclude={"adapter", "classifier_dropout"})
+    parts = {
+        "version": PRETRAIN_VERSION, "model": model, "max_length": config.data.max_length,
+        "pretrain": config.pretrain.model_dump(mode="json", exclude={"before_finetune"}),
+        "corpus": config.corpus.model_dump(mode="json", exclude={"languages"}), "languages": languages,
+        "seed": config.run.seed, "precision": config.training.precision,
+        "clipping": config.training.gradient_clipping, "corpus_files": _corpus_digest(config, languages),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def _corpus_digest(config: RunConfig, languages: list[str]) -> str:
+    """Content hash of a local corpus (a Hub corpus is named by its id)."""
+    ref = resolve_source(DatasetRef(path=corpus_path(config.corpus), split="train"), config.data.sources)
+    root = Path(ref.data_files or ref.path)
+    if not root.exists():
+        return ref.path
+    digest = hashlib.sha256()
+    for file in sorted(p for p in (root.rglob("*") if root.is_dir() else [root]) if p.is_file()):
+        digest.update(str(file.relative_to(root.parent)).encode() + b"\0" + file.read_bytes())
+    return digest.hexdigest()
+
+
+def pretrained_backbone(config: RunConfig, proc: ProcessInfo) -> RunConfig:
+    """``config`` itself, or -- with ``pretrain.before_finetune`` -- a copy whose ``model.backbone`` is the
+    pre-trained checkpoint, taken from the cache or pre-trained now (every rank trains, rank 0 writes)."""
+    if not config.pretrain.before_finetune:
+        return config
+    quiet_progress()
+    from mtft.training.setup import cache_dir
+
+    languages = config.corpus.languages or task_languages(config)
+    folder = cache_dir(config) / "pretrained" / prelude_key(config, languages)
+    if (folder / MARKER).is_file():
+        logger.info(f"pre-trained backbone from the cache: {folder}")
+    else:
+        barrier()
+        pre = Pretraining(config, languages, proc)
+        tokens = config.pretrain.tokens
+        logger.info(f"pre-training the backbone ({config.model.backbone}) with masked-LM on "
+                    f"{', '.join(languages)}: {tokens:,} tokens, {pre.steps_for(tokens)} steps -> {folder}")
+        start = time.perf_counter()
+
+        def save(budget, seen, step, lp, engine):
+            meta = {**_meta(config, languages, budget, seen, step, lp), "seconds": time.perf_counter() - start}
+            pre.write_checkpoint(folder, engine, meta)
+            logger.info(f"pre-trained in {time.perf_counter() - start:.0f} s; L_p = "
+                        + ", ".join(f"{k} {v:.4f}" for k, v in lp.items()))
+
+        pre.train(tokens, [tokens], save, log=None)
+    model = config.model.model_copy(update={"backbone": str(folder), "revision": None})
+    return config.model_copy(update={"model": model})
+
+
+# ------------------------------------------------------------------------------------------------------
+class PretrainRun:
+    """``run.stage: pretrain``: checkpoints at every budget in ``run_dir/checkpoints/tokens-N/``, a log, a report."""
+
+    def __init__(self, config: RunConfig):
+        self.config = config
+        self.run_dir = Path(config.run.output_dir)
+
+    def execute(self) -> Path:
+        from mtft.training.setup import check_output_dir
+
+        config = self.config
+        if config.run.resume:
+            raise ConfigError("run.stage=pretrain cannot resume; its checkpoints are complete Hugging Face folders "
+                              "to fine-tune or probe, and a new run.output_dir starts it again")
+        check_output_dir(config)
+        proc = init_distributed()
+        quiet_progress()
+        setup_console_logging(proc.is_main)
+        pre = Pretraining(config, list(config.corpus.languages), proc)
+        if proc.is_main:
+            if config.run.overwrite and self.run_dir.exists():
+                shutil.rmtree(self.run_dir)
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "config.yaml").write_text(config_to_yaml(config), encoding="utf-8")
+            add_file_log(self.run_dir)
+        barrier()
+        p = config.pretrain
+        budgets = [*p.save_at_tokens, p.tokens]
+        log = MetricsLog(self.run_dir, proc.is_main, config.logging.tensorboard)
+        start = time.perf_counter()
+        results = []
+
+        def save(budget, seen, step, lp, engine):
+            meta = {**_meta(config, pre.languages, budget, seen, step, lp), "seconds": time.perf_counter() - start}
+            pre.write_checkpoint(self.run_dir / "checkpoints" / f"tokens-{budget}", engine, meta)
+            log.log(offset[0] + step, "budget", {"tokens_budget": budget, "tokens_seen": seen,
+                                                 **{f"lp/{k}": v for k, v in lp.items()}})
+            results.append(meta)
+            logger.info(f"{budget:,} tokens (step {step}): L_p = " + ", ".join(f"{k} {v:.4f}" for k, v in lp.items()))
+
+        offset = [0]
+        try:
+            if p.schedule_per_budget:
+                for budget in budgets:
+                    logger.info(f"pre-training from scratch for {budget:,} tokens ({pre.steps_for(budget)} steps)")
+                    pre.train(budget, [budget], save, log, step_offset=offset[0])
+                    offset[0] += pre.steps_for(budget)
+            else:
+                logger.info(f"pre-training for {p.tokens:,} tokens ({pre.steps_for(p.tokens)} steps), saving at "
+                            + ", ".join(f"{b:,}" for b in budgets))
+                pre.train(p.tokens, budgets, save, log)
+        finally:
+            log.close()
+        if proc.is_main:
+            from mtft.forgetting.report import write_pretrain_report
+
+            path = write_pretrain_report(self.run_dir, config, results, pre)
+            logger.info(f"report: {path}")
+        barrier()
+        return self.run_dir

@@ -1,0 +1,189 @@
+"""End-to-end: the demo with forgetting monitors (full and Multi-LoRA), the budget, regularisation, the
+pre-training stage and its cache, and ``run.py probe``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tests.conftest import demo_overrides, read_jsonl, run_cli
+
+pytestmark = pytest.mark.slow
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def monitored(out: Path, steps: int, **extra) -> list[str]:
+    return demo_overrides(out, steps, **{"forgetting.every_steps": 20, "evaluation.every_steps": "null",
+                                         "checkpointing.every_steps": "null", "logging.every_steps": 10,
+                                         "forgetting.probe.gammas": "[0.1, 1.0]", **extra})
+
+
+def events_of(out: Path, kind: str) -> list[dict]:
+    return [e for e in read_jsonl(out / "metrics.jsonl") if e["kind"] == kind]
+
+
+def test_demo_sized_run_reports_forgetting_bounds_probe_and_plots(tmp_path):
+    out = tmp_path / "full"
+    result = run_cli("--config", "configs/demo.yaml", *monitored(out, 60))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "pre-train" in result.stderr and "forgetting: λ_p = " in result.stderr
+    [eigen] = events_of(out, "lambda_p")
+    assert eigen["lambda_p"] > 0 and eigen["eigen_products"] >= 2 and set(eigen) >= {"eigen_residual", "cached"}
+    measured = events_of(out, "forgetting")
+    assert [e["step"] for e in measured] == [20, 40, 60]
+    for e in measured:
+        assert e["K"] == e["step"]
+        assert e["bound_path"] >= e["bound_displacement"] > 0  # Cauchy–Schwarz
+        assert {"F_p", "F_p/en", "F_p/zh", "lp/ar", "prediction", "linear", "quadratic", "F_batch"} <= set(e)
+        assert e["F_p"] == pytest.approx(sum(e[f"F_p/{lang}"] for lang in ("en", "de", "ar", "zh")) / 4)
+    tracked = events_of(out, "displacement")
+    assert [e["step"] for e in tracked] == [10, 20, 30, 40, 50, 60]
+    assert all(b["sum_update_sq"] >= a["sum_update_sq"] for a, b in zip(tracked, tracked[1:]))
+    probe = events_of(out, "probe")
+    assert [(e["model"], e["gamma"]) for e in probe] == [("pre-trained", 0.1), ("pre-trained", 1.0),
+                                                          ("fine-tuned", 0.1), ("fine-tuned", 1.0)]
+    assert all(e["seeds"] == 3 and e["dlp/mean/std"] >= 0 for e in probe)
+    report = (out / "report.md").read_text()
+    for section in ("## Forgetting (Theorem 1)", "## Sensitivity (Gaussian probe)", "## Pareto-stationarity gauge",
+                    "![forgetting vs the Theorem-1 bounds](forgetting.png)", "(sensitivity.png)", "(stationarity.png)"):
+        assert section in report
+    for plot in ("forgetting.png", "sensitivity.png", "stationarity.png"):
+        assert (out / plot).read_bytes()[:8] == PNG
+    assert json.loads((out / "probe.json").read_text())[0]["model"] == "pre-trained"
+    # a second run reuses the pre-trained backbone and λ_p
+    again = run_cli("--config", "configs/demo.yaml", *monitored(tmp_path / "again", 20))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "pre-trained backbone from the cache" in again.stderr
+    [cached] = events_of(tmp_path / "again", "lambda_p")
+    assert cached["cached"] is True and cached["lambda_p"] == eigen["lambda_p"]
+
+
+def test_multi_lora_run_reports_forgetting_per_task_adapter(tmp_path):
+    out = tmp_path / "lora"
+    result = run_cli("--config", "configs/demo.yaml", *monitored(out, 40, **{
+        "weighting.method": "mean", "model.adapter.method": "multi_lora", "training.optimizer.lr": 3e-3,
+        "forgetting.probe.gammas": "[0.3]"}))
+    assert result.returncode == 0, result.stderr[-3000:]
+    [eigen] = events_of(out, "lambda_p")
+    state = load_file(str(out / "checkpoints/step-00000040/model.safetensors"))
+    adapted = [k for k in state if k.endswith("base_layer.weight")]
+    assert eigen["parameters"] == sum(state[k].numel() for k in adapted)  # λ_p over the adapted weights only
+    last = events_of(out, "forgetting")[-1]
+    assert {"F_p/xnli", "F_p/xnli/en", "bound_displacement/xnli", "prediction/xnli"} <= set(last)
+    # the distance from B and A alone equals the explicit ||s·B·A||² over the adapted layers
+    scaling = 16.0 / 8
+    explicit = sum(float(((scaling * state[k.replace("base_layer.weight", "lora_B")][0]
+                           @ state[k.replace("base_layer.weight", "lora_A")]) ** 2).sum()) for k in adapted)
+    assert last["distance/xnli"] ** 2 == pytest.approx(explicit, rel=1e-5)
+    report = (out / "report.md").read_text()
+    assert "### xnli" in report and "Multi-LoRA: each task adapter" in report
+    assert [e["model"] for e in events_of(out, "probe")] == ["pre-trained", "fine-tuned/xnli"]
+
+
+def test_forgetting_budget_stops_or_scales(tmp_path):
+    stop = tmp_path / "stop"
+    result = run_cli("--config", "configs/demo.yaml", *monitored(stop, 40, **{
+        "forgetting.budget": "{value: 0.5, action: stop}", "forgetting.probe.gammas": "[]"}))
+    assert result.returncode == 0, result.stderr[-3000:]
+    [stopped] = events_of(stop, "stopped")
+    assert stopped["reason"] == "forgetting_budget" and stopped["step"] < 40
+    assert events_of(stop, "displacement")[-1]["bound_displacement"] > 0.5
+    assert "passed the forgetting budget" in (stop / "report.md").read_text()
+
+    scale = tmp_path / "scale"
+    result = run_cli("--config", "configs/demo.yaml", *monitored(scale, 30, **{
+        "forgetting.budget": "{value: 0.5, action: scale}", "forgetting.probe.gammas": "[]",
+        "weighting.method": "mean"}))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert events_of(scale, "budget")  # some updates were scaled
+    assert all(e["bound_displacement"] <= 0.5 * (1 + 1e-6) for e in events_of(scale, "displacement"))
+    assert json.loads((scale / "metrics.json").read_text())["step"] == 30
+
+
+def test_regularization_towards_the_pretrained_weights_keeps_them_closer(tmp_path):
+    distances = {}
+    for strength in (0.0, 50.0):
+        out = tmp_path / f"reg{strength}"
+        result = run_cli("--config", "configs/demo.yaml", *monitored(out, 20, **{
+            "forgetting.regularization": strength, "forgetting.probe.gammas": "[]"}))
+        assert result.returncode == 0, result.stderr[-3000:]
+        distances[strength] = events_of(out, "displacement")[-1]["distance"]
+    assert distances[50.0] < 0.8 * distances[0.0]
+
+
+def test_pretrain_stage_checkpoints_at_budgets_and_probe_command(tmp_path):
+    out = tmp_path / "pre"
+    config = tmp_path / "pre.yaml"
+    config.write_text(
+        "run: {name: pre, stage: pretrain, seed: 3}\n"
+        "model: {backbone: tiny, tiny: {hidden_size: 32, num_hidden_layers: 1, num_attention_heads: 2, "
+        "intermediate_size: 64, vocab_size: 500}}\n"
+        "data: {max_length: 32}\n"
+        "corpus: {languages: [en, ar], max_eval_examples: 40}\n"
+        "pretrain: {tokens: 20480, save_at_tokens: [5120], micro_batch_size: 16, log_every_steps: 10,\n"
+        "           optimizer: {name: adamw, lr: 3.0e-3}}\n")
+    result = run_cli("--config", str(config), f"run.output_dir={out}", "logging.progress_bar=false")
+    assert result.returncode == 0, result.stderr[-3000:]
+    folders = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert folders == ["tokens-20480", "tokens-5120"]
+    early, late = (json.loads((out / f"checkpoints/{f}/pretrain.json").read_text()) for f in reversed(folders))
+    assert (early["steps"], late["steps"]) == (10, 40) and late["tokens_seen"] == 20480
+    assert late["lp"]["en"] < early["lp"]["en"]  # more pre-training, lower held-out masked-LM loss
+    assert (out / "pretrain.png").read_bytes()[:8] == PNG and "## Checkpoints" in (out / "report.md").read_text()
+
+    weights = load_file(str(out / "checkpoints/tokens-20480/model.safetensors"))
+    probe = run_cli("probe", "--checkpoint", str(out / "checkpoints/tokens-5120"), "--checkpoint",
+                    str(out / "checkpoints/tokens-20480"), "--gamma", "0.3,1", "--max-examples", "20",
+                    "--out", str(tmp_path / "probe"))
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    assert "tokens-20480  γ=1" in probe.stdout
+    results = json.loads((tmp_path / "probe" / "probe.json").read_text())
+    assert [r["model"] for r in results] == ["tokens-5120", "tokens-20480"]
+    assert [len(r["trials"]) for r in results] == [6, 6] and set(results[0]["baseline"]) == {"en", "ar"}
+    assert (tmp_path / "probe" / "sensitivity.png").read_bytes()[:8] == PNG
+    after = load_file(str(out / "checkpoints/tokens-20480/model.safetensors"))  # the probe never writes weights
+    assert all(torch.equal(weights[k], after[k]) for k in weights)
+
+    # continued pre-training from a checkpoint folder (its own tokenizer and MLM head)
+    more = tmp_path / "more"
+    result = run_cli("--config", str(config), f"run.output_dir={more}", "logging.progress_bar=false",
+                     f"model.backbone={out / 'checkpoints/tokens-20480'}", "pretrain.tokens=5120",
+                     "pretrain.save_at_tokens=[]")
+    assert result.returncode == 0, result.stderr[-3000:]
+    meta = json.loads((more / "checkpoints/tokens-5120/pretrain.json").read_text())
+    assert meta["backbone"].endswith("tokens-20480") and meta["steps"] == 10
+    assert "(continued)" in (more / "report.md").read_text()
+
+
+def test_probe_of_a_finetuning_checkpoint(tmp_path):
+    out = tmp_path / "ft"
+    result = run_cli("--config", "configs/demo.yaml", *monitored(out, 10, **{"forgetting.enabled": "false",
+                                                                             "forgetting.probe.gammas": "[]"}))
+    assert result.returncode == 0, result.stderr[-3000:]
+    probe = run_cli("probe", "--checkpoint", str(out / "checkpoints/step-00000010"), "--gamma", "0.5",
+                    "--languages", "en,de", "--max-examples", "20", "--out", str(tmp_path / "probe"))
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    [row] = json.loads((tmp_path / "probe" / "probe.json").read_text())
+    assert row["model"] == "step-00000010" and set(row["baseline"]) == {"en", "de"}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--gamma", "0.1,x"], "--gamma '0.1,x': expected comma-separated numbers"),
+    (["--gamma", "0.1,-1"], "every γ must be a number > 0"),
+    (["--gamma", "0.1", "--seeds", "2"], "--seeds 2: at least 3 noise seeds"),
+])
+def test_probe_command_rejects_bad_input(tmp_path, args, message):
+    result = run_cli("probe", "--checkpoint", str(tmp_path), *args)
+    assert result.returncode == 2 and result.stderr.strip() == f"error: {message}" or message in result.stderr
+    assert "Traceback" not in result.stderr and result.stderr.strip().startswith("error:")
+
+
+def test_probe_command_rejects_a_folder_that_is_no_checkpoint(tmp_path):
+    result = run_cli("probe", "--checkpoint", str(tmp_path), "--gamma", "0.1")
+    assert result.returncode == 2 and "neither a Hugging Face folder" in result.stderr
+    assert "Traceback" not in result.stderr
