@@ -90,3 +90,41 @@ class MultipleChoiceHead(Head):
         """The name of the best choice of every example (one output per encoded row, not per sequence)."""
         best = self.choice_matrix(logits, context["group_index"]).argmax(-1).tolist()
         return [self.label_names[i] for i in best]
+
+
+class CandidateScoringHead(Head):
+    """Score one candidate per encoded row (SuperGLUE ReCoRD): is this candidate a right answer?
+
+    Each candidate of an example is its own encoded row (the passage with the query's placeholder filled by
+    the candidate), labelled 1 (a right answer) or 0. The loss is the binary cross-entropy of one logit per
+    row -- candidates are trained independently, as the SuperGLUE BERT baseline does for ReCoRD, so an example
+    with 50 candidates never needs 50 sequences in one batch -- and decoding returns the logit itself: the
+    task ranks an example's candidates by it (see ``RecordTask.postprocess``).
+    """
+
+    kind = "candidate_scoring"
+
+    def __init__(self, hidden_size: int, label_names: Sequence[str], dropout: float):
+        super().__init__(hidden_size, label_names, dropout)
+        self.dense = nn.Linear(hidden_size, hidden_size)
+        self.dropout = nn.Dropout(dropout)
+        self.scorer = nn.Linear(hidden_size, 1)
+
+    def logits(self, hidden: torch.Tensor, **context: Any) -> torch.Tensor:
+        x = self.dropout(hidden[:, 0])
+        x = self.dropout(torch.tanh(self.dense(x)))
+        return self.scorer(x).squeeze(-1)
+
+    def forward(self, hidden: torch.Tensor, labels: torch.Tensor, **context: Any) -> HeadOutput:
+        scores = self.logits(hidden)
+        target = label_matrix(labels, hidden.shape[0])[:, 0]
+        labelled = target != IGNORE_INDEX
+        if bool((labelled & (target != 0) & (target != 1)).any()):
+            raise ValueError("candidate labels must be 0 or 1")
+        loss = nn.functional.binary_cross_entropy_with_logits(
+            scores, torch.where(labelled, target, torch.zeros_like(target)).to(scores.dtype), reduction="none"
+        )
+        return HeadOutput(scores, torch.where(labelled, loss, torch.zeros_like(loss)), labelled.to(loss.dtype))
+
+    def decode(self, logits: torch.Tensor, **context: Any) -> list[float]:
+        return [float(x) for x in logits.reshape(-1).tolist()]
