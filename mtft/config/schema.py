@@ -122,6 +122,15 @@ class TaskSelection(Section):
     max_eval_examples: Optional[int] = Field(
         None, ge=1, description="Use at most this many evaluation examples per objective."
     )
+    max_length: Optional[int] = Field(
+        None, ge=8, le=8192,
+        description="Maximum tokens per encoded row of this task (e.g. 384 for QA windows); default data.max_length.",
+    )
+    settings: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Settings of the task's kind, overriding its task file (e.g. {doc_stride: 128, "
+        "max_answer_length: 30} for question answering; see tasks/README.md). Checked when the task loads.",
+    )
 
     @field_validator("languages")
     @classmethod

@@ -1,13 +1,21 @@
-"""Turn sampled (training unit, row) pairs and evaluation slices into padded tensor batches."""
+"""Turn sampled (training unit, row) pairs and evaluation slices into padded tensor batches.
+
+One batch mixes rows of any heads: one ``input_ids``/``attention_mask`` matrix for ONE encoder forward, the
+``head_index`` and ``objective_index`` of every encoder row, and one ``labels`` matrix in which each head's
+rows hold what that head's :meth:`~mtft.models.heads.Head.collate_labels` made of them (float64, padded with
+IGNORE_INDEX). An encoded row whose ``input_ids`` is a list of C sequences (multiple choice) becomes C
+encoder rows sharing one ``group_index`` value and the row's labels.
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterator
+from typing import Iterator, Optional
 
 import torch
 
 from mtft.data.pipeline import PreparedData
+from mtft.models.heads import IGNORE_INDEX, head_class
 
 
 class BatchBuilder:
@@ -15,6 +23,7 @@ class BatchBuilder:
         self.data = data
         self.pad_id = data.tokenizer.pad_token_id
         self.head_of_task = {name: k for k, name in enumerate(data.tasks)}
+        self.kinds = [td.task.head for td in data.tasks.values()]
 
     def train_batch(self, pairs: list[tuple[int, int]]) -> dict[str, torch.Tensor]:
         """Rows in the order of ``pairs``; each carries its head and loss-objective index."""
@@ -29,25 +38,50 @@ class BatchBuilder:
             taken[unit] += 1
         heads = [self.head_of_task[self.data.train_units[u].task] for u, _ in pairs]
         objectives = [self.data.unit_objective[u] for u, _ in pairs]
-        return {
-            **self.pad(rows),
-            "head_index": torch.tensor(heads, dtype=torch.long),
-            "objective_index": torch.tensor(objectives, dtype=torch.long),
-        }
+        return self.collate(rows, heads, objectives)
 
-    def eval_batches(self, task: str, language: str, batch_size: int) -> Iterator[tuple[list[str], dict]]:
+    def eval_batches(self, task: str, language: str, batch_size: int) -> Iterator[tuple[list[dict], dict]]:
+        """(encoded rows with all their columns, the padded batch) per slice of the evaluation data."""
         dataset = self.data.tasks[task].eval[language]
+        head = self.head_of_task[task]
         for start in range(0, len(dataset), batch_size):
             chunk = dataset[start : start + batch_size]
             rows = [dict(zip(chunk, values)) for values in zip(*chunk.values())]
-            yield chunk["id"], self.pad(rows)
+            yield rows, self.collate(rows, [head] * len(rows))
 
-    def pad(self, rows: list[dict]) -> dict[str, torch.Tensor]:
-        width = max(len(r["input_ids"]) for r in rows)
-        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, r in enumerate(rows):
-            ids[i, : len(r["input_ids"])] = torch.tensor(r["input_ids"])
-            mask[i, : len(r["input_ids"])] = 1
-        labels = torch.tensor([r["labels"] for r in rows], dtype=torch.long)
-        return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+    def collate(self, rows: list[dict], heads: list[int], objectives: Optional[list[int]] = None) -> dict:
+        """Pad ``rows`` (encoded rows of the heads ``heads``) into one batch; see the module docstring."""
+        sequences, head_index, objective_index, group_index = [], [], [], []
+        for n, row in enumerate(rows):
+            ids = row["input_ids"]
+            for sequence in ids if ids and isinstance(ids[0], list) else [ids]:
+                sequences.append(sequence)
+                head_index.append(heads[n])
+                objective_index.append(objectives[n] if objectives is not None else 0)
+                group_index.append(n)
+        width = max(len(s) for s in sequences)
+        input_ids = torch.full((len(sequences), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(sequences), width), dtype=torch.long)
+        for i, sequence in enumerate(sequences):
+            input_ids[i, : len(sequence)] = torch.tensor(sequence, dtype=torch.long)
+            mask[i, : len(sequence)] = 1
+        batch = {"input_ids": input_ids, "attention_mask": mask,
+                 "labels": self._labels(rows, heads, group_index),
+                 "head_index": torch.tensor(head_index, dtype=torch.long),
+                 "group_index": torch.tensor(group_index, dtype=torch.long)}
+        if objectives is not None:
+            batch["objective_index"] = torch.tensor(objective_index, dtype=torch.long)
+        return batch
+
+    def _labels(self, rows: list[dict], heads: list[int], group_index: list[int]) -> torch.Tensor:
+        """Each head collates its own rows' labels; the blocks go into one matrix (one line per encoder row)."""
+        blocks: dict[int, torch.Tensor] = {}
+        for head in sorted(set(heads)):
+            members = [n for n, h in enumerate(heads) if h == head]
+            block = head_class(self.kinds[head]).collate_labels([rows[n]["labels"] for n in members])
+            blocks.update(zip(members, block))
+        width = max(block.shape[0] for block in blocks.values())
+        out = torch.full((len(rows), width), float(IGNORE_INDEX), dtype=torch.float64)
+        for n, block in blocks.items():
+            out[n, : block.shape[0]] = block
+        return out[torch.tensor(group_index, dtype=torch.long)]

@@ -22,7 +22,7 @@ from mtft.tasks.registry import discover_tasks, get_task
 
 logger = logging.getLogger("mtft")
 
-ENCODING_VERSION = "1"  # bump when the encoding of rows changes, to invalidate cached tokenisations
+ENCODING_VERSION = "2"  # bump when the encoding of rows changes, to invalidate cached tokenisations
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,8 @@ class TaskData:
     task: Task
     protocol: str
     languages: list[str]  # evaluated
+    max_length: int = 128  # tokens per encoded row
+    eval_split: str = "validation"
     label_names: list[str] = field(default_factory=list)
     raw_train: dict[str, datasets.Dataset] = field(default_factory=dict)
     raw_eval: dict[str, datasets.Dataset] = field(default_factory=dict)
@@ -73,7 +75,8 @@ def prepare_data(config: RunConfig, make_tokenizer: Callable[[list[str]], Any]) 
     for selection in config.data.tasks:
         if selection.name in tasks:
             raise ConfigError(f"task {selection.name!r} is listed twice in data.tasks")
-        tasks[selection.name] = _load_task(get_task(selection.name, available), selection, config)
+        task = get_task(selection.name, available).configured(selection.settings, f"data.tasks ({selection.name})")
+        tasks[selection.name] = _load_task(task, selection, config)
     tokenizer = make_tokenizer(_all_texts(tasks))
     for td in tasks.values():
         split = config.evaluation.split
@@ -96,8 +99,9 @@ def _load_task(task: Task, selection: TaskSelection, config: RunConfig) -> TaskD
     protocol = selection.protocol or task.default_protocol
     if protocol not in task.protocols:
         raise ConfigError(f"task {task.name!r} does not support protocol {protocol!r}; valid: {task.protocols}")
-    td = TaskData(task, protocol, languages)
     split = config.evaluation.split
+    td = TaskData(task, protocol, languages, max_length=selection.max_length or config.data.max_length,
+                  eval_split=split)
     for lang in task.training_languages(languages, protocol):
         td.raw_train[lang] = _load(td, "train", lang, selection.max_train_examples, config)
     for lang in languages:
@@ -120,6 +124,7 @@ def _load(td: TaskData, split: str, lang: str, limit: Optional[int], config: Run
             f"{where}: missing column(s) {', '.join(missing)} needed by task {task.name!r}; "
             f"it has: {', '.join(dataset.column_names)}"
         )
+    dataset = task.check_split(task.select_language(dataset, lang, where), where)
     if len(dataset) == 0:
         raise DataError(f"{where}: no rows")
     logger.info(f"loaded {where}: {len(dataset)} rows" + (f", using {limit}" if limit and limit < len(dataset) else ""))
@@ -130,31 +135,26 @@ def _all_texts(tasks: dict[str, TaskData]) -> list[str]:
     texts: list[str] = []
     for td in tasks.values():
         for ds in [*td.raw_train.values(), *td.raw_eval.values()]:
-            for column in td.task.text_columns:
-                texts.extend(t for t in ds[column] if isinstance(t, str))
+            texts.extend(td.task.texts(ds))
     return texts
 
 
 def _encode(
     td: TaskData, dataset: datasets.Dataset, where: str, tokenizer: Any, config: RunConfig
 ) -> datasets.Dataset:
-    task, max_length, label_names = td.task, config.data.max_length, td.label_names
+    task, max_length, label_names = td.task, td.max_length, td.label_names
 
     def encode(batch: dict[str, list], rows: list[int]) -> dict[str, list]:
         for column in task.required_columns():
             for row, value in zip(rows, batch[column]):
                 if value is None:
                     raise DataError(f"{where}: row {row}: missing value in column {column!r}")
-        encoded = dict(task.encode(batch, tokenizer, max_length))
-        encoded["labels"] = task.label_ids(batch[task.label_column], label_names, where, rows)
-        ids = batch[task.id_column] if task.id_column else rows
-        encoded["id"] = [str(i) for i in ids]
-        return encoded
+        return task.encode_rows(batch, rows, tokenizer, max_length, label_names, where)
 
     fingerprint = hashlib.sha256(
         json.dumps(
-            [ENCODING_VERSION, dataset._fingerprint, task.name, list(task.text_columns), task.label_column,
-             task.id_column, label_names, max_length, _tokenizer_digest(tokenizer)]
+            [ENCODING_VERSION, dataset._fingerprint, task.encoding_key(), label_names, max_length,
+             _tokenizer_digest(tokenizer)]
         ).encode()
     ).hexdigest()[:32]
     return dataset.map(

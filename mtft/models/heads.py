@@ -1,54 +1,135 @@
-"""Task heads. Each head maps the encoder's hidden states of its own rows to logits and per-example losses.
+"""Task heads. A head maps the encoder's hidden states of its own rows to logits, a loss, and predictions.
 
-A head returns, for each of its rows, the *sum* of its loss units and their *count* (one unit per example
-for classification, one per labelled token for tagging), so that a per-objective mean can be formed exactly
-across rows, micro-batches and data-parallel ranks.
+The head owns three things (the task owns the data, see :mod:`mtft.tasks.base`):
+
+* **label collation** -- :meth:`Head.collate_labels` turns the ``labels`` values of its encoded rows (a class id,
+  a float, a per-token id list, a (start, end) pair, a choice index: whatever its task kind writes) into a
+  ``(rows, width)`` tensor. The batch builder places every head's block into ONE ``labels`` matrix of the
+  mixed batch (float64, so that class ids, token positions and regression targets are all exact; unused cells
+  hold :data:`IGNORE_INDEX`), and each head reads its own rows back in :meth:`forward`.
+* **the loss** -- for each of its rows, the *sum* of its loss units and their *count* (one unit per example
+  for classification, one per labelled token for tagging), so that a per-objective mean is exact across rows,
+  micro-batches and data-parallel ranks.
+* **decoding** -- :meth:`decode` turns logits into one raw output per encoded row (a label name, per-token
+  tags, start/end scores); the task then post-processes rows back to examples.
+
+Rows holding several sequences (multiple choice) are expanded by the batch builder into one encoder row per
+sequence; ``group_index`` then says which encoder rows form one example (see ``tasks/README.md``).
+
+Head kinds are registered by import path in :data:`HEAD_CLASSES`, so that a head module is imported only
+when a run uses it.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, ClassVar, Sequence
 
 import torch
 from torch import nn
 
+IGNORE_INDEX = -100  # label cells that carry no label (padding, non-first sub-tokens, unused columns)
+
 
 @dataclass
 class HeadOutput:
-    logits: torch.Tensor
+    logits: Any  # a tensor, or a tuple of tensors (start/end logits)
     loss_sum: torch.Tensor  # (rows,)
     loss_count: torch.Tensor  # (rows,)
 
 
-class SequenceClassificationHead(nn.Module):
-    """RoBERTa-style classifier on the first token: dense -> tanh -> dropout -> projection."""
+class Head(nn.Module):
+    """Base class of every head. ``forward``/``logits``/``decode`` take the rows' context as keywords:
 
-    kind = "sequence_classification"
+    ``attention_mask`` (rows, width) and ``group_index`` (rows,): encoder rows that share a value belong to
+    one example (only multiple-choice rows share one).
+    """
+
+    kind: ClassVar[str] = ""
 
     def __init__(self, hidden_size: int, label_names: Sequence[str], dropout: float):
         super().__init__()
         self.label_names = list(label_names)
+
+    @classmethod
+    def collate_labels(cls, values: list) -> torch.Tensor:
+        """``(rows, width)`` float64 tensor of the label values of encoded rows (lists padded with IGNORE_INDEX)."""
+        vectors = [list(v) if isinstance(v, (list, tuple)) else [v] for v in values]
+        width = max((len(v) for v in vectors), default=1)
+        out = torch.full((len(vectors), max(width, 1)), float(IGNORE_INDEX), dtype=torch.float64)
+        for i, vector in enumerate(vectors):
+            if vector:
+                out[i, : len(vector)] = torch.tensor(vector, dtype=torch.float64)
+        return out
+
+    def logits(self, hidden: torch.Tensor, **context: Any) -> Any:
+        raise NotImplementedError
+
+    def forward(self, hidden: torch.Tensor, labels: torch.Tensor, **context: Any) -> HeadOutput:
+        raise NotImplementedError
+
+    def decode(self, logits: Any, **context: Any) -> list:
+        raise NotImplementedError
+
+
+def label_matrix(labels: torch.Tensor, rows: int, width: int = 1) -> torch.Tensor:
+    """The ``(rows, >= width)`` view of a head's labels; a 1-D tensor of class ids is one column.
+
+    A batch's label matrix is as wide as its widest head's labels, so a head's block may be narrower than
+    the head reads (e.g. a QA head with no rows in a batch of class ids): missing columns carry no label."""
+    if labels.dim() == 1:
+        labels = labels[:, None]
+    if labels.dim() != 2 or labels.shape[0] != rows:
+        raise ValueError(f"labels of shape {tuple(labels.shape)} for {rows} rows; expected (rows,) or (rows, width)")
+    if labels.shape[1] < width:
+        labels = nn.functional.pad(labels, (0, width - labels.shape[1]), value=IGNORE_INDEX)
+    return labels
+
+
+class SequenceClassificationHead(Head):
+    """RoBERTa-style classifier on the first token: dense -> tanh -> dropout -> projection.
+
+    Labels: one class id per row (IGNORE_INDEX: the row carries no loss).
+    """
+
+    kind = "sequence_classification"
+
+    def __init__(self, hidden_size: int, label_names: Sequence[str], dropout: float):
+        super().__init__(hidden_size, label_names, dropout)
         self.dense = nn.Linear(hidden_size, hidden_size)
         self.dropout = nn.Dropout(dropout)
         self.out_proj = nn.Linear(hidden_size, len(self.label_names))
 
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+    def logits(self, hidden: torch.Tensor, **context: Any) -> torch.Tensor:
         x = self.dropout(hidden[:, 0])
         x = self.dropout(torch.tanh(self.dense(x)))
         return self.out_proj(x)
 
-    def forward(self, hidden: torch.Tensor, labels: torch.Tensor) -> HeadOutput:
+    def forward(self, hidden: torch.Tensor, labels: torch.Tensor, **context: Any) -> HeadOutput:
         logits = self.logits(hidden)
-        loss = nn.functional.cross_entropy(logits, labels, reduction="none")
-        return HeadOutput(logits, loss, torch.ones_like(loss))
+        target = label_matrix(labels, hidden.shape[0])[:, 0].long()
+        loss = nn.functional.cross_entropy(logits, target, reduction="none", ignore_index=IGNORE_INDEX)
+        return HeadOutput(logits, loss, (target != IGNORE_INDEX).to(loss.dtype))
 
-    def decode(self, logits: torch.Tensor) -> list[str]:
+    def decode(self, logits: torch.Tensor, **context: Any) -> list[str]:
         return [self.label_names[i] for i in logits.argmax(-1).tolist()]
 
 
-HEADS: dict[str, type[nn.Module]] = {SequenceClassificationHead.kind: SequenceClassificationHead}
+# kind -> "module:Class"; a new head kind adds one line here.
+HEAD_CLASSES: dict[str, str] = {
+    "sequence_classification": "mtft.models.heads:SequenceClassificationHead",
+    "token_classification": "mtft.models.token_head:TokenClassificationHead",
+    "question_answering": "mtft.models.qa_head:QuestionAnsweringHead",
+}
 
 
-def build_head(kind: str, hidden_size: int, label_names: Sequence[str], dropout: float) -> nn.Module:
-    return HEADS[kind](hidden_size, label_names, dropout)
+def head_class(kind: str) -> type[Head]:
+    if kind not in HEAD_CLASSES:
+        raise KeyError(f"unknown head {kind!r}; valid heads: {', '.join(sorted(HEAD_CLASSES))}")
+    module, _, name = HEAD_CLASSES[kind].partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def build_head(kind: str, hidden_size: int, label_names: Sequence[str], dropout: float) -> Head:
+    return head_class(kind)(hidden_size, label_names, dropout)

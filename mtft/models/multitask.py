@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping, Optional
 
 import torch
 from torch import nn
@@ -34,7 +34,10 @@ class MultiTaskModel(nn.Module):
         labels: torch.Tensor,
         head_index: torch.Tensor,
         objective_index: torch.Tensor,
+        group_index: Optional[torch.Tensor] = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-objective loss sums and counts. One row per encoder row; ``labels`` is the batch's label matrix
+        (see :mod:`mtft.models.heads`); ``group_index`` marks encoder rows of one example (multiple choice)."""
         with labelled_rows(objective=objective_index, task=head_index):
             hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         sums = hidden.new_zeros(self.num_objectives)
@@ -42,15 +45,24 @@ class MultiTaskModel(nn.Module):
         for k, head in enumerate(self.heads.values()):
             rows = (head_index == k).nonzero(as_tuple=True)[0]
             objectives = objective_index.index_select(0, rows)
+            context = {"attention_mask": attention_mask.index_select(0, rows)}
+            if group_index is not None:
+                context["group_index"] = group_index.index_select(0, rows)
             with labelled_rows(objective=objectives, task=head_index.index_select(0, rows)):
-                out = head(hidden.index_select(0, rows), labels.index_select(0, rows))
+                out = head(hidden.index_select(0, rows), labels.index_select(0, rows), **context)
             sums = sums.index_add(0, objectives, out.loss_sum)
             counts = counts.index_add(0, objectives, out.loss_count.to(counts.dtype))
         return sums, counts
 
     @torch.no_grad()
-    def predict_logits(self, head: str, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    def predict_logits(
+        self, head: str, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+        group_index: Optional[torch.Tensor] = None,
+    ) -> Any:
         task = torch.full((input_ids.shape[0],), self.head_position[head], dtype=torch.long, device=input_ids.device)
         with labelled_rows(task=task):
             hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        return self.heads[head].logits(hidden)
+        context = {"attention_mask": attention_mask}
+        if group_index is not None:
+            context["group_index"] = group_index
+        return self.heads[head].logits(hidden, **context)

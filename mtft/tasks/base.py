@@ -1,18 +1,37 @@
 """The task API.
 
-A task knows where its data lives (per split, language and protocol), how to turn rows into model inputs,
-which head it needs, and how to score predictions. Simple tasks are declared in a YAML file (see
-:mod:`mtft.tasks.declarative` and ``tasks/README.md``); tasks that need code subclass :class:`Task`.
+A task knows where its data lives (per split, language and protocol), how to turn rows into encoded model
+rows with labels, which head it needs, how to turn the head's raw outputs back into predictions per example,
+and how to score them. Simple tasks are declared in a YAML file (see :mod:`mtft.tasks.declarative` and
+``tasks/README.md``); tasks that need code subclass :class:`Task` or one of the kinds in :mod:`mtft.tasks.kinds`.
+
+The life of a split: ``dataset_ref`` -> ``datasets.load_dataset`` -> :meth:`Task.select_language` ->
+:meth:`Task.check_split` -> :meth:`Task.encode_rows` (``datasets.map``, cached; one source row may become
+several encoded rows) -> batches -> head -> :meth:`Task.postprocess` (encoded rows back to examples, keyed by
+example id) -> :meth:`Task.compute_metrics` against :meth:`Task.references`.
+
+This base class is sequence classification (one encoded row per example, one class id per row).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import inspect
+import json
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional, Sequence
+from typing import Any, ClassVar, Iterator, Mapping, Optional, Sequence
 
 import datasets
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from mtft.errors import DataError
+from mtft.errors import ConfigError, DataError
+
+
+class NoSettings(BaseModel):
+    """A task kind without settings."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 @dataclass(frozen=True)
@@ -36,7 +55,7 @@ class DatasetRef:
 
 @dataclass
 class Task:
-    """Base class of every task. Subclasses override the hooks that differ."""
+    """Base class of every task (sequence classification). Subclasses override the hooks that differ."""
 
     name: str
     languages: Sequence[str]
@@ -50,9 +69,43 @@ class Task:
     metrics: Sequence[str] = ("accuracy",)
     description: str = ""
     data: dict[str, Any] = field(default_factory=dict)
+    # language -> prefix of its example ids, for datasets that hold every language in one split
+    # (TyDiQA-GoldP: {ar: arabic, ...} selects the rows whose id starts with "arabic-").
+    language_id_prefixes: dict[str, str] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)  # validated by the kind's Settings model
     folder: Optional[str] = None
 
     protocols: ClassVar[tuple[str, ...]] = ("zero_shot", "in_language")
+    Settings: ClassVar[type[BaseModel]] = NoSettings
+
+    # ----- settings ------------------------------------------------------------------------------------
+    @property
+    def options(self) -> BaseModel:
+        """The validated settings (defaults filled in)."""
+        return self.Settings(**self.settings)
+
+    def configured(self, overrides: Mapping[str, Any], where: str) -> "Task":
+        """A copy with ``overrides`` (e.g. ``data.tasks.N.settings``) applied and validated."""
+        merged = {**self.settings, **dict(overrides)}
+        try:
+            validated = self.Settings(**merged)
+        except ValidationError as exc:
+            valid = ", ".join(
+                f"{k} ({f.description})" if f.description else k for k, f in self.Settings.model_fields.items()
+            ) or "none"
+            problems = "; ".join(
+                f"settings.{'.'.join(map(str, e['loc']))}: {e['msg']}"
+                + ("" if isinstance(e.get("input"), (dict, list)) else f" (got {e.get('input')!r})")
+                for e in exc.errors()
+            )
+            raise ConfigError(f"{where}: task {self.name!r}: {problems}; valid settings: {valid}") from None
+        return dataclasses.replace(self, settings=validated.model_dump())
+
+    def available_metrics(self) -> tuple[str, ...]:
+        """The metric names this task kind can compute (a task file's ``metrics`` must be among them)."""
+        from mtft.evaluation.metrics import METRICS
+
+        return tuple(METRICS)
 
     # ----- where the data lives -------------------------------------------------------------------
     def dataset_ref(self, split: str, language: str, protocol: str) -> DatasetRef:
@@ -68,15 +121,44 @@ class Task:
     def training_languages(self, languages: Sequence[str], protocol: str) -> list[str]:
         return [self.source_language] if protocol == "zero_shot" else list(languages)
 
-    # ----- rows -> model inputs ---------------------------------------------------------------------
+    def select_language(self, dataset: datasets.Dataset, language: str, where: str) -> datasets.Dataset:
+        """The rows of ``language``: all of them, unless the task takes the language from an id prefix."""
+        if not self.language_id_prefixes:
+            return dataset
+        if self.id_column is None or language not in self.language_id_prefixes:
+            raise ConfigError(
+                f"task {self.name!r}: language_id_prefixes needs id_column and an entry for {language!r}"
+            )
+        prefix = f"{self.language_id_prefixes[language]}-"
+        keep = [i for i, value in enumerate(dataset[self.id_column]) if str(value).startswith(prefix)]
+        if not keep:
+            raise DataError(f"{where}: no rows of language {language!r} (ids starting with {prefix!r})")
+        return dataset.select(keep)
+
+    def check_split(self, dataset: datasets.Dataset, where: str) -> datasets.Dataset:
+        """Validate (and, where the kind says so, drop and report) rows before encoding. Default: as is."""
+        return dataset
+
+    # ----- rows -> encoded rows ---------------------------------------------------------------------
     def required_columns(self) -> list[str]:
-        return [*self.text_columns, self.label_column]
+        return [*self.text_columns, self.label_column, *([self.id_column] if self.id_column else [])]
+
+    def texts(self, dataset: datasets.Dataset) -> Iterator[str]:
+        """The text of ``dataset``, for training the ``tiny`` tokenizer (word lists are joined by spaces)."""
+        for column in self.text_columns:
+            for value in dataset[column]:
+                if isinstance(value, str):
+                    yield value
+                elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+                    yield " ".join(value)
 
     def resolve_label_names(self, dataset: datasets.Dataset) -> list[str]:
-        """Label names from the dataset's ClassLabel feature, else from the task definition."""
+        """Label names from the dataset's ClassLabel feature (also inside a sequence), else the task's own."""
         feature = dataset.features.get(self.label_column)
-        if isinstance(feature, datasets.ClassLabel):
-            return list(feature.names)
+        inner = getattr(feature, "feature", None)  # Sequence(ClassLabel) / List(ClassLabel): per-token labels
+        for candidate in (feature, inner):
+            if isinstance(candidate, datasets.ClassLabel):
+                return list(candidate.names)
         if self.label_names:
             return list(self.label_names)
         raise DataError(
@@ -84,10 +166,28 @@ class Task:
             "no label_names"
         )
 
-    def encode(self, batch: dict[str, list], tokenizer: Any, max_length: int) -> dict[str, list]:
+    def encode(self, batch: dict[str, list], tokenizer: Any, max_length: int) -> Any:
         """Tokenise a batch of rows (``datasets.map(batched=True)``)."""
         texts = [batch[c] for c in self.text_columns]
         return tokenizer(*texts, truncation=True, max_length=max_length)
+
+    def encode_rows(
+        self, batch: dict[str, list], rows: list[int], tokenizer: Any, max_length: int,
+        label_names: Sequence[str], where: str,
+    ) -> dict[str, list]:
+        """Source rows -> encoded rows: ``input_ids``, ``labels`` (the head's form), ``id`` (the example id,
+        shared by every encoded row of one example), plus any column :meth:`postprocess` needs.
+
+        ``input_ids`` of a row may be a list of C sequences (multiple choice); the batch builder then makes C
+        encoder rows of it (see ``tasks/README.md``)."""
+        encoded = {k: list(v) for k, v in self.encode(batch, tokenizer, max_length).items()}
+        encoded["labels"] = self.label_ids(batch[self.label_column], label_names, where, rows)
+        encoded["id"] = self.example_ids(batch, rows)
+        return encoded
+
+    def example_ids(self, batch: dict[str, list], rows: Sequence[int]) -> list[str]:
+        """Example ids: the id column, or the row number in the split."""
+        return [str(i) for i in (batch[self.id_column] if self.id_column else rows)]
 
     def label_ids(
         self, values: list, label_names: Sequence[str], where: str, rows: Sequence[int]
@@ -107,8 +207,62 @@ class Task:
                 )
         return out
 
+    def encoding_key(self) -> str:
+        """What the encoding depends on besides the data and the tokenizer: part of the cache fingerprint.
+
+        The task's fields and settings, and the source of its class (an edited subclass re-encodes)."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("description", "folder")}
+        sources = []
+        for cls in type(self).__mro__:
+            if cls is object:
+                continue
+            try:
+                sources.append(inspect.getsource(cls))
+            except (OSError, TypeError):
+                sources.append(cls.__qualname__)
+        digest = hashlib.sha256("\n".join(sources).encode()).hexdigest()[:16]
+        return json.dumps([type(self).__qualname__, digest, fields], sort_keys=True, default=str)
+
     # ----- predictions and metrics -------------------------------------------------------------------
-    def compute_metrics(self, predictions: Sequence[str], references: Sequence[str]) -> dict[str, float]:
+    def postprocess(
+        self, outputs: list, encoded: datasets.Dataset, raw: datasets.Dataset, label_names: Sequence[str]
+    ) -> dict[str, Any]:
+        """The head's raw outputs (one per encoded row, in order) -> example id -> prediction (natural form).
+
+        ``encoded`` holds the encoded rows (with any extra column :meth:`encode_rows` wrote), ``raw`` the split's
+        source rows (the text that predictions map back to)."""
+        return dict(zip(encoded["id"], outputs))
+
+    def references(self, raw: datasets.Dataset, label_names: Sequence[str], where: str) -> dict[str, Any]:
+        """Example id -> reference in the task's natural form (here: the label name), in the split's order."""
+        labels = self.label_ids(raw[self.label_column], label_names, where, range(len(raw)))
+        return unique_by_id(self.split_ids(raw), [label_names[i] for i in labels], where)
+
+    def split_ids(self, raw: datasets.Dataset) -> list[str]:
+        """The example id of every row of a split (as :meth:`example_ids` gives them)."""
+        return self.example_ids({self.id_column: raw[self.id_column]} if self.id_column else {}, range(len(raw)))
+
+    def check_prediction(self, prediction: Any, reference: Any, label_names: Sequence[str]) -> Optional[str]:
+        """Why ``prediction`` is malformed (None when it is fine): here it must be one of the label names."""
+        if not isinstance(prediction, str) or prediction not in label_names:
+            return f"prediction {prediction!r} is not a label name; valid: {', '.join(label_names)}"
+        return None
+
+    def compute_metrics(self, predictions: Sequence, references: Sequence) -> dict[str, float]:
         from mtft.evaluation.metrics import compute
 
         return {name: compute(name, predictions, references) for name in self.metrics}
+
+    def metric_description(self) -> str:
+        """The metric variant, in words, for the report."""
+        return ", ".join(self.metrics)
+
+
+def unique_by_id(ids: Sequence[str], values: Sequence[Any], where: str) -> dict[str, Any]:
+    """``dict(zip(ids, values))``, refusing a duplicate id (naming its row)."""
+    out: dict[str, Any] = {}
+    for row, (key, value) in enumerate(zip(ids, values)):
+        if key in out:
+            raise DataError(f"{where}: row {row}: duplicate example id {key!r}")
+        out[key] = value
+    return out

@@ -1,8 +1,9 @@
 """Tasks declared in YAML files.
 
 A task file names the task, its languages, the head, the columns, the metric and, per split, where the
-data lives (see ``tasks/README.md``). ``class: module:Class`` in the file selects a :class:`Task` subclass
-(defined in a ``.py`` file beside it) for tasks that need code; the YAML then supplies its fields.
+data lives (see ``tasks/README.md``). The ``head`` picks the task kind (:mod:`mtft.tasks.kinds`);
+``class: module:Class`` in the file selects a :class:`Task` subclass (defined in a ``.py`` file beside it)
+for tasks that need code; the YAML then supplies its fields (those of the class, subclass fields included).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import yaml
 
 from mtft.errors import ConfigError
 from mtft.tasks.base import Task
+from mtft.tasks.kinds import task_kind
 
-_TASK_FIELDS = {f.name for f in dataclasses.fields(Task)} - {"folder"}
+_NOT_IN_FILES = {"folder"}
 
 
 def load_task_file(path: Path) -> Optional[Task]:
@@ -31,15 +33,28 @@ def load_task_file(path: Path) -> Optional[Task]:
         return None
     spec = dict(spec)
     spec["name"] = spec.pop("task")
-    task_class = _task_class(spec.pop("class", None), path)
-    unknown = set(spec) - _TASK_FIELDS
+    head = spec.get("head", "sequence_classification")
+    try:
+        default_class = task_kind(head)
+    except KeyError as exc:
+        raise ConfigError(f"task file {path}: {exc.args[0]}") from None
+    task_class = _task_class(spec.pop("class", None), path, default_class)
+    valid = {f.name for f in dataclasses.fields(task_class)} - _NOT_IN_FILES
+    unknown = set(spec) - valid
     if unknown:
         raise ConfigError(
             f"task file {path}: unknown key(s) {', '.join(sorted(unknown))}; valid keys: "
-            f"task, class, {', '.join(sorted(_TASK_FIELDS - {'name'}))}"
+            f"task, class, {', '.join(sorted(valid - {'name'}))}"
         )
     _check_data_entries(spec.get("data", {}), path)
-    return task_class(folder=str(path.parent), **spec)
+    task = task_class(folder=str(path.parent), **spec).configured({}, f"task file {path}")
+    unknown_metrics = [m for m in task.metrics if m not in task.available_metrics()]
+    if unknown_metrics or not task.metrics:
+        raise ConfigError(
+            f"task file {path}: metrics {list(task.metrics)}: {', '.join(unknown_metrics) or 'none given'} "
+            f"not computed by a {head} task; valid: {', '.join(task.available_metrics())}"
+        )
+    return task
 
 
 def _check_data_entries(data: Any, path: Path) -> None:
@@ -56,9 +71,9 @@ def _check_data_entries(data: Any, path: Path) -> None:
                 )
 
 
-def _task_class(reference: str | None, path: Path) -> type[Task]:
+def _task_class(reference: str | None, path: Path, default: type[Task]) -> type[Task]:
     if reference is None:
-        return Task
+        return default
     module_name, _, class_name = reference.partition(":")
     module_path = path.parent / f"{module_name}.py"
     if not class_name or not module_path.is_file():
