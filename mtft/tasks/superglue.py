@@ -41,18 +41,9 @@ def _index_id(idx: Any, keys: Sequence[str]) -> str:
     return "-".join(str(idx[k]) for k in keys)
 
 
-class _LabelNamesReferences:
-    """Label names of a split's rows, after the withheld-label check (a mixin for the classes below)."""
-
-    def _reference_labels(self: Any, raw: datasets.Dataset, label_names: Sequence[str], where: str) -> list[str]:
-        values = raw[self.label_column]
-        check_not_hidden(self, values, where)
-        return [label_names[i] for i in self.label_ids(values, label_names, where, range(len(raw)))]
-
-
 # ----- MultiRC ------------------------------------------------------------------------------------------------
 @dataclass
-class MultiRCTask(_LabelNamesReferences, Task):
+class MultiRCTask(Task):
     metrics: Sequence[str] = ("exact_match", "f1a")
 
     def available_metrics(self) -> tuple[str, ...]:
@@ -66,10 +57,11 @@ class MultiRCTask(_LabelNamesReferences, Task):
         return [_index_id(i, ("paragraph", "question", "answer")) for i in batch[self.id_column]]
 
     def references(self, raw: datasets.Dataset, label_names: Sequence[str], where: str) -> dict[str, Any]:
-        labels = self._reference_labels(raw, label_names, where)
+        """Example id -> {label name, question id}: the question groups the options when scoring."""
+        labels = super().references(raw, label_names, where)  # in the split's order
         questions = [_index_id(i, ("paragraph", "question")) for i in raw[self.id_column]]
-        values = [{"label": label, "question": question} for label, question in zip(labels, questions)]
-        return unique_by_id(self.split_ids(raw), values, where)
+        return {key: {"label": label, "question": question}
+                for (key, label), question in zip(labels.items(), questions)}
 
     def compute_metrics(self, predictions: Sequence, references: Sequence) -> dict[str, float]:
         scores = multirc_scores(predictions, [r["label"] for r in references], [r["question"] for r in references])
@@ -126,7 +118,9 @@ class RecordTask(Task):
         encoded = tokenizer(passages, queries, truncation=True, max_length=max_length)
         return {"input_ids": encoded["input_ids"], "labels": labels, "id": ids, "candidate": candidates}
 
-    def postprocess(self, outputs: list, encoded: datasets.Dataset, label_names: Sequence[str]) -> dict[str, Any]:
+    def postprocess(
+        self, outputs: list, encoded: datasets.Dataset, raw: datasets.Dataset, label_names: Sequence[str]
+    ) -> dict[str, Any]:
         """The best-scoring candidate of every query (the first one on a tie)."""
         best: dict[str, tuple[float, str]] = {}
         for score, example, candidate in zip(outputs, encoded["id"], encoded["candidate"]):
@@ -209,7 +203,7 @@ class WSCTask(Task):
 
 # ----- AX-g -------------------------------------------------------------------------------------------------
 @dataclass
-class AXgTask(_LabelNamesReferences, Task):
+class AXgTask(Task):
     """Entailment (evaluated with the RTE head): accuracy, and gender parity over the he/she pairs."""
 
     metrics: Sequence[str] = ("accuracy", "gender_parity")
@@ -218,9 +212,9 @@ class AXgTask(_LabelNamesReferences, Task):
         return ("accuracy", "gender_parity")
 
     def references(self, raw: datasets.Dataset, label_names: Sequence[str], where: str) -> dict[str, Any]:
-        labels = self._reference_labels(raw, label_names, where)
-        values = [{"label": label, "idx": int(idx)} for label, idx in zip(labels, raw["idx"])]
-        return unique_by_id(self.split_ids(raw), values, where)
+        """Example id -> {label name, idx}: the index pairs the he/she examples for gender parity."""
+        labels = super().references(raw, label_names, where)  # in the split's order
+        return {key: {"label": label, "idx": int(idx)} for (key, label), idx in zip(labels.items(), raw["idx"])}
 
     def compute_metrics(self, predictions: Sequence, references: Sequence) -> dict[str, float]:
         scores = {"accuracy": accuracy(predictions, [r["label"] for r in references]),
