@@ -149,10 +149,16 @@ class WiCTask(Task):
     def required_columns(self) -> list[str]:
         return [*super().required_columns(), "start1", "end1", "start2", "end2"]
 
+    def _marked(self, batch: Any, k: int) -> list[str]:
+        return [mark_char_spans(text, [CharSpan(s, e, "*", "*")])
+                for text, s, e in zip(batch[f"sentence{k}"], batch[f"start{k}"], batch[f"end{k}"])]
+
+    def texts(self, dataset: datasets.Dataset) -> Iterator[str]:
+        for k in (1, 2):  # as the model reads them, markers included (the tiny tokenizer learns them)
+            yield from self._marked(dataset, k)
+
     def encode(self, batch: dict[str, list], tokenizer: Any, max_length: int) -> Any:
-        marked = {k: [mark_char_spans(text, [CharSpan(s, e, "*", "*")]) for text, s, e in
-                      zip(batch[f"sentence{k}"], batch[f"start{k}"], batch[f"end{k}"])] for k in (1, 2)}
-        return tokenizer(marked[1], marked[2], truncation=True, max_length=max_length)
+        return tokenizer(self._marked(batch, 1), self._marked(batch, 2), truncation=True, max_length=max_length)
 
     def check_split(self, dataset: datasets.Dataset, where: str) -> datasets.Dataset:
         for k in (1, 2):
@@ -175,13 +181,19 @@ class WSCTask(Task):
         second, ok2 = word_span(text, row["span2_index"], row["span2_text"])
         return [CharSpan(first.start, first.end, "*", "*"), CharSpan(second.start, second.end, "#", "#")], ok1 and ok2
 
-    def encode(self, batch: dict[str, list], tokenizer: Any, max_length: int) -> Any:
+    def _marked(self, batch: Any) -> list[str]:
         texts = []
         for i, text in enumerate(batch["text"]):
             spans, _ = self._spans(text, {k: batch[k][i] for k in ("span1_index", "span2_index", "span1_text",
                                                                    "span2_text")})
             texts.append(mark_char_spans(text, spans))
-        return tokenizer(texts, truncation=True, max_length=max_length)
+        return texts
+
+    def texts(self, dataset: datasets.Dataset) -> Iterator[str]:
+        yield from self._marked(dataset)  # as the model reads them, markers included
+
+    def encode(self, batch: dict[str, list], tokenizer: Any, max_length: int) -> Any:
+        return tokenizer(self._marked(batch), truncation=True, max_length=max_length)
 
     def check_split(self, dataset: datasets.Dataset, where: str) -> datasets.Dataset:
         """Spans must lie in the text and not overlap; spans whose words differ from their text are reported."""
