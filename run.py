@@ -21,6 +21,9 @@ Launch recipes (one thread per process when several share a host):
     # continue an interrupted run from its latest complete checkpoint
     python run.py --config configs/demo.yaml --resume
 
+    # download and cache a config's datasets (and Hub backbone) for later offline runs
+    python run.py --config configs/xtreme_zero_shot.yaml --prefetch
+
     # other commands (python run.py <command> --help): see mtft/commands/__init__.py
     python run.py export --run runs/demo --out adapters/
 """
@@ -41,6 +44,11 @@ def main(argv: list[str]) -> int:
     config = load_config(args.config, overrides)
     if args.print_config:
         print(config_to_yaml(config), end="")
+        return 0
+    if args.prefetch:
+        from mtft.data.prefetch import prefetch
+
+        prefetch(config)
         return 0
     from mtft.training.trainer import Run  # heavy imports only when training
 

@@ -140,21 +140,36 @@ def _check_borrowed_heads(tasks: dict[str, TaskData]) -> None:
 
 
 def _load(td: TaskData, split: str, lang: str, limit: Optional[int], config: RunConfig):
-    task = td.task
-    ref = task.dataset_ref(split, lang, td.protocol)
-    dataset = load_split(ref, config.data.sources, config.data.cache_dir)
-    where = td.origin[split, lang] = describe_source(ref, config.data.sources)
+    dataset, td.origin[split, lang] = load_task_split(
+        td.task, split, lang, td.protocol, config.data.sources, config.data.cache_dir, limit
+    )
+    return dataset
+
+
+def load_task_split(
+    task: Task, split: str, lang: str, protocol: str, sources: dict[str, str], cache_dir: Optional[str],
+    limit: Optional[int] = None,
+) -> tuple[datasets.Dataset, str]:
+    """One split of one language of ``task``, checked (columns, the task's own checks), and where it came from."""
+    ref = task.dataset_ref(split, lang, protocol)
+    dataset = load_split(ref, sources, cache_dir)
+    where = describe_source(ref, sources)
+    if task.language_id_prefixes:  # one split holds every language: say which rows
+        where += f", language {lang}"
     missing = [c for c in task.required_columns() if c not in dataset.column_names]
     if missing:
         raise DataError(
             f"{where}: missing column(s) {', '.join(missing)} needed by task {task.name!r}; "
             f"it has: {', '.join(dataset.column_names)}"
         )
-    dataset = task.check_split(task.select_language(dataset, lang, where), where)
+    rows = task.language_rows(dataset, lang, where)
+    if rows is not None:
+        dataset = dataset.select(rows)
+    dataset = task.check_split(dataset, where, rows if rows is not None else range(len(dataset)))
     if len(dataset) == 0:
         raise DataError(f"{where}: no rows")
     logger.info(f"loaded {where}: {len(dataset)} rows" + (f", using {limit}" if limit and limit < len(dataset) else ""))
-    return dataset.select(range(limit)) if limit is not None and limit < len(dataset) else dataset
+    return (dataset.select(range(limit)) if limit is not None and limit < len(dataset) else dataset), where
 
 
 def _all_texts(tasks: dict[str, TaskData]) -> list[str]:

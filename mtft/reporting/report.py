@@ -18,7 +18,9 @@ def write_report(
     task_metrics: dict[str, list[str]],
     languages: dict[str, list[str]],
     parameters: Optional[list[tuple[str, int, int]]] = None,
+    variants: Optional[dict[str, str]] = None,
 ) -> Path:
+    """``variants``: per task, the metric variant in words (e.g. seqeval mode, SQuAD v1.1 rules)."""
     lines = [f"# Run report: {title}", ""]
     lines += ["## Setup", "", "| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in setup] + [""]
     if parameters:
@@ -32,7 +34,10 @@ def write_report(
     lines += ["## Evaluation (final weights)", ""]
     for task, metrics in task_metrics.items():
         header = "| language | " + " | ".join(metrics) + " |"
-        lines += [f"### {task}", "", header, "|---|" + "---:|" * len(metrics)]
+        lines += [f"### {task}", ""]
+        if variants and task in variants:
+            lines += [f"Metric: {variants[task]}.", ""]
+        lines += [header, "|---|" + "---:|" * len(metrics)]
         for lang in languages[task]:
             lines.append(f"| {lang} | " + " | ".join(_fmt(final.get(f"{task}/{lang}/{m}")) for m in metrics) + " |")
         lines.append("| **macro average** | " + " | ".join(f"**{_fmt(final.get(f'{task}/{m}'))}**" for m in metrics) + " |")

@@ -5,7 +5,7 @@ rows with labels, which head it needs, how to turn the head's raw outputs back i
 and how to score them. Simple tasks are declared in a YAML file (see :mod:`mtft.tasks.declarative` and
 ``tasks/README.md``); tasks that need code subclass :class:`Task` or one of the kinds in :mod:`mtft.tasks.kinds`.
 
-The life of a split: ``dataset_ref`` -> ``datasets.load_dataset`` -> :meth:`Task.select_language` ->
+The life of a split: ``dataset_ref`` -> ``datasets.load_dataset`` -> :meth:`Task.language_rows` ->
 :meth:`Task.check_split` -> :meth:`Task.encode_rows` (``datasets.map``, cached; one source row may become
 several encoded rows) -> batches -> head -> :meth:`Task.postprocess` (encoded rows back to examples, keyed by
 example id) -> :meth:`Task.compute_metrics` against :meth:`Task.references`.
@@ -126,10 +126,12 @@ class Task:
     def training_languages(self, languages: Sequence[str], protocol: str) -> list[str]:
         return [self.source_language] if protocol == "zero_shot" else list(languages)
 
-    def select_language(self, dataset: datasets.Dataset, language: str, where: str) -> datasets.Dataset:
-        """The rows of ``language``: all of them, unless the task takes the language from an id prefix."""
+    def language_rows(self, dataset: datasets.Dataset, language: str, where: str) -> Optional[list[int]]:
+        """The row numbers of ``language`` in ``dataset``; None: every row (the dataset is one language's).
+
+        Tasks that take the language from an id prefix (``language_id_prefixes``) select the matching rows."""
         if not self.language_id_prefixes:
-            return dataset
+            return None
         if self.id_column is None or language not in self.language_id_prefixes:
             raise ConfigError(
                 f"task {self.name!r}: language_id_prefixes needs id_column and an entry for {language!r}"
@@ -138,10 +140,12 @@ class Task:
         keep = [i for i, value in enumerate(dataset[self.id_column]) if str(value).startswith(prefix)]
         if not keep:
             raise DataError(f"{where}: no rows of language {language!r} (ids starting with {prefix!r})")
-        return dataset.select(keep)
+        return keep
 
-    def check_split(self, dataset: datasets.Dataset, where: str) -> datasets.Dataset:
-        """Validate (and, where the kind says so, drop and report) rows before encoding. Default: as is."""
+    def check_split(self, dataset: datasets.Dataset, where: str, rows: Sequence[int]) -> datasets.Dataset:
+        """Validate (and, where the kind says so, drop and report) rows before encoding. Default: as is.
+
+        ``rows`` gives the row number in the source split of each row of ``dataset``, for messages."""
         return dataset
 
     # ----- rows -> encoded rows ---------------------------------------------------------------------

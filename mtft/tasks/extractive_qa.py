@@ -59,26 +59,29 @@ class ExtractiveQATask(Task):
     def available_metrics(self) -> tuple[str, ...]:
         return ("exact_match", "f1")
 
+    def resolve_label_names(self, dataset: datasets.Dataset) -> list[str]:
+        return []  # spans, not classes
+
     # ----- checks ------------------------------------------------------------------------------------
-    def check_split(self, dataset: datasets.Dataset, where: str) -> datasets.Dataset:
+    def check_split(self, dataset: datasets.Dataset, where: str, rows: Sequence[int]) -> datasets.Dataset:
         if len(self.text_columns) != 2:
             raise ConfigError(f"task {self.name!r}: text_columns must be [question, context]")
         ids = self.split_ids(dataset)
-        bad: list[tuple[int, str]] = []
-        for row, (context, answers) in enumerate(zip(dataset[self.context_column], dataset[self.label_column])):
+        bad: list[tuple[int, str]] = []  # (position in dataset, problem)
+        for n, (context, answers) in enumerate(zip(dataset[self.context_column], dataset[self.label_column])):
             problem = answer_problem(context, answers)
             if problem:
-                bad.append((row, problem))
+                bad.append((n, problem))
         if not bad:
             return dataset
-        first_row, first_problem = bad[0]
-        listing = ", ".join(f"{row} (id {ids[row]})" for row, _ in bad[:5]) + (" ..." if len(bad) > 5 else "")
+        first, first_problem = bad[0]
+        listing = ", ".join(f"{rows[n]} (id {ids[n]})" for n, _ in bad[:5]) + (" ..." if len(bad) > 5 else "")
         summary = (f"{where}: task {self.name!r}: {len(bad)} of {len(dataset)} row(s) have answers that do not "
-                   f"match their context: rows {listing}; row {first_row}: {first_problem}")
+                   f"match their context: rows {listing}; row {rows[first]}: {first_problem}")
         if self.options.offset_mismatch == "fail" or len(bad) == len(dataset):
             raise DataError(summary)
         logger.warning(summary + "; these rows are dropped (settings.offset_mismatch=fail stops instead)")
-        dropped = {row for row, _ in bad}
+        dropped = {n for n, _ in bad}
         return dataset.select([i for i in range(len(dataset)) if i not in dropped])
 
     # ----- encoding ----------------------------------------------------------------------------------
@@ -114,7 +117,8 @@ class ExtractiveQATask(Task):
         for key, (starts, ends), offsets in zip(encoded["id"], outputs, encoded["offset_mapping"]):
             for score, start, end in best_spans(starts, ends, offsets, opts.n_best_size, opts.max_answer_length):
                 if key not in best or score > best[key][0]:
-                    best[key] = (score, contexts[key][offsets[start][0] : offsets[end][1]])
+                    # strip: some tokenizers' offsets include the space before a word
+                    best[key] = (score, contexts[key][offsets[start][0] : offsets[end][1]].strip())
                 break  # spans come best first
         # an example whose windows hold no valid span predicts the empty answer (as the HF recipe)
         return {key: best[key][1] if key in best else "" for key in dict.fromkeys(encoded["id"])}

@@ -97,5 +97,7 @@ class TokenClassificationTask(Task):
         return {name: scores[name] for name in self.metrics}
 
     def metric_description(self) -> str:
-        return (f"seqeval entity-level micro {'/'.join(self.metrics)}, word level (first sub-token), "
-                f"{self.options.seqeval_mode} mode")
+        mode = self.options.seqeval_mode
+        detail = "CoNLL chunking, as XTREME reports" if mode == "default" else "IOB2 scheme"
+        return (f"seqeval entity-level micro {'/'.join(self.metrics)}, word level (first sub-token labelled), "
+                f"{mode} mode ({detail})")

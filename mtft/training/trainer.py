@@ -289,6 +289,7 @@ class Run:
             {name: list(td.task.metrics) for name, td in self.data.tasks.items()},
             {name: td.languages for name, td in self.data.tasks.items()},
             parameters=self.parameters,
+            variants={name: td.task.metric_description() for name, td in self.data.tasks.items()},
         )
         logger.info(f"report: {path}")
 

@@ -1,0 +1,57 @@
+"""``run.py --config X --prefetch``: download and cache every dataset split a config reads, then stop.
+
+The splits are exactly those a run of the config loads (training languages under each task's protocol,
+the evaluation split of every evaluated language), read with the same ``datasets.load_dataset`` call and
+cache folder, so a later run with ``HF_DATASETS_OFFLINE=1`` finds them. With a Hub backbone, its tokenizer
+and weights are fetched into the Hugging Face cache too. Nothing is written to the run's output directory.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from mtft.config.schema import RunConfig
+from mtft.data.sources import describe_source, load_split
+from mtft.tasks.base import DatasetRef
+from mtft.tasks.registry import discover_tasks, get_task
+
+
+def dataset_refs(config: RunConfig) -> list[DatasetRef]:
+    """Every distinct split the config's run loads, in order."""
+    available = discover_tasks(config.data.task_dirs)
+    refs: list[DatasetRef] = []
+    for selection in config.data.tasks:
+        task = get_task(selection.name, available).configured(selection.settings, f"data.tasks ({selection.name})")
+        languages = selection.languages or list(task.languages)
+        protocol = selection.protocol or task.default_protocol
+        wanted = [("train", lang) for lang in task.training_languages(languages, protocol)]
+        wanted += [(config.evaluation.split, lang) for lang in languages]
+        for split, lang in wanted:
+            ref = task.dataset_ref(split, lang, protocol)
+            if ref not in refs:
+                refs.append(ref)
+    return refs
+
+
+def prefetch(config: RunConfig, echo: Callable[[str], None] = print) -> int:
+    """Load (and so cache) every split; returns how many were fetched."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    refs = dataset_refs(config)
+    for ref in refs:
+        dataset = load_split(ref, config.data.sources, config.data.cache_dir)
+        echo(f"cached {describe_source(ref, config.data.sources)}: {len(dataset)} rows")
+    if config.model.backbone != "tiny":
+        _prefetch_backbone(config, echo)
+    return len(refs)
+
+
+def _prefetch_backbone(config: RunConfig, echo: Callable[[str], None]) -> None:
+    from mtft.models.backbone import build_encoder
+    from mtft.models.tokenizer import load_backbone_tokenizer
+
+    model = config.model
+    tokenizer = load_backbone_tokenizer(model.backbone, model.revision, model.trust_remote_code)
+    build_encoder(model, tokenizer, config.data.max_length, config.run.seed)  # downloads the weights
+    echo(f"cached model {model.backbone}" + (f" (revision {model.revision})" if model.revision else ""))
