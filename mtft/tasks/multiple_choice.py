@@ -63,7 +63,7 @@ class MultipleChoiceTask(Task):
             )
         return names
 
-    def check_split(self, dataset: datasets.Dataset, where: str) -> datasets.Dataset:
+    def check_split(self, dataset: datasets.Dataset, where: str, rows: Sequence[int]) -> datasets.Dataset:
         """Every template field must be a column of the split (checked once, before encoding)."""
         options = self.options
         for name, template in (("context_template", options.context_template),

@@ -87,8 +87,8 @@ class RecordTask(Task):
     def resolve_label_names(self, dataset: datasets.Dataset) -> list[str]:
         return []  # candidates are scored, not classified
 
-    def check_split(self, dataset: datasets.Dataset, where: str) -> datasets.Dataset:
-        for row, (query, entities) in enumerate(zip(dataset["query"], dataset["entities"])):
+    def check_split(self, dataset: datasets.Dataset, where: str, rows: Sequence[int]) -> datasets.Dataset:
+        for row, query, entities in zip(rows, dataset["query"], dataset["entities"]):
             if PLACEHOLDER not in query:
                 raise DataError(f"{where}: row {row}: query has no {PLACEHOLDER}: {query!r}")
             if not entities:
@@ -160,9 +160,9 @@ class WiCTask(Task):
     def encode(self, batch: dict[str, list], tokenizer: Any, max_length: int) -> Any:
         return tokenizer(self._marked(batch, 1), self._marked(batch, 2), truncation=True, max_length=max_length)
 
-    def check_split(self, dataset: datasets.Dataset, where: str) -> datasets.Dataset:
+    def check_split(self, dataset: datasets.Dataset, where: str, rows: Sequence[int]) -> datasets.Dataset:
         for k in (1, 2):
-            for row, (text, s, e) in enumerate(zip(dataset[f"sentence{k}"], dataset[f"start{k}"], dataset[f"end{k}"])):
+            for row, text, s, e in zip(rows, dataset[f"sentence{k}"], dataset[f"start{k}"], dataset[f"end{k}"]):
                 if not 0 <= s < e <= len(text):
                     raise DataError(f"{where}: row {row}: target span [{s}, {e}) lies outside sentence{k} "
                                     f"({len(text)} characters)")
@@ -195,11 +195,11 @@ class WSCTask(Task):
     def encode(self, batch: dict[str, list], tokenizer: Any, max_length: int) -> Any:
         return tokenizer(self._marked(batch), truncation=True, max_length=max_length)
 
-    def check_split(self, dataset: datasets.Dataset, where: str) -> datasets.Dataset:
+    def check_split(self, dataset: datasets.Dataset, where: str, rows: Sequence[int]) -> datasets.Dataset:
         """Spans must lie in the text and not overlap; spans whose words differ from their text are reported."""
         differing = []
-        for row, record in enumerate(dataset.select_columns(["text", "span1_index", "span2_index", "span1_text",
-                                                             "span2_text"])):
+        columns = ["text", "span1_index", "span2_index", "span1_text", "span2_text"]
+        for row, record in zip(rows, dataset.select_columns(columns)):
             try:
                 spans, matches = self._spans(record["text"], record)
                 mark_char_spans(record["text"], spans)
