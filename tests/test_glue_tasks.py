@@ -3,11 +3,13 @@ hand-checked cases, withheld test labels, and evaluation-only tasks predicted wi
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 from scipy.stats import pearsonr, spearmanr
+from sklearn.metrics import f1_score, matthews_corrcoef
 
 from mtft.config import validate_config
 from mtft.data.batching import BatchBuilder
@@ -236,3 +238,64 @@ def test_ax_is_predicted_by_the_mnli_head_and_reported_without_a_metric():
     ax = result.predictions["glue_ax", "en"]
     assert [p["id"] for p in ax] == [str(i) for i in range(10)]
     assert {p["prediction"] for p in ax} <= {"entailment", "neutral", "contradiction"}
+
+
+# ----- run.py score ------------------------------------------------------------------------------------------
+def score_cli(capsys, *argv: str) -> dict:
+    from mtft.commands import run_command
+
+    assert run_command("score", list(argv)) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def write_predictions(path: Path, rows: list) -> Path:
+    path.write_text("".join(json.dumps({"id": i, "prediction": p}) + "\n" for i, p in rows))
+    return path
+
+
+def test_score_glue_ax_says_its_labels_are_withheld_and_scores_a_labelled_copy(tmp_path, capsys):
+    ax = load_split(DatasetRef("nyu-mll/glue", "test", "ax"), SOURCES)
+    names = ["entailment", "neutral", "contradiction"]
+    predicted = [names[i % 3] for i in range(len(ax))]
+    predictions = write_predictions(tmp_path / "ax.jsonl", [(str(i), p) for i, p in zip(ax["idx"], predicted)])
+    with pytest.raises(HiddenLabelsError, match=r"glue \(config ax\) split test.*withheld.*labelled references"):
+        score_cli(capsys, "--task", "glue_ax", "--predictions", str(predictions), "--references",
+                  SOURCES["nyu-mll/glue"], "--split", "test")
+    # a labelled copy of AX (e.g. GLUE's diagnostic-full.tsv converted), labels as names: scored with MCC
+    gold = [names[(i * 7) % 3] if i % 4 else predicted[i] for i in range(len(ax))]
+    copy = tmp_path / "ax_labelled.jsonl"
+    copy.write_text("".join(json.dumps({"premise": r["premise"], "hypothesis": r["hypothesis"], "label": g,
+                                        "idx": r["idx"]}) + "\n" for r, g in zip(ax, gold)))
+    scored = score_cli(capsys, "--task", "glue_ax", "--predictions", str(predictions), "--references", str(copy),
+                       "--split", "test")
+    assert scored["mcc"] == pytest.approx(matthews_corrcoef(gold, predicted)) and scored["examples"] == len(ax)
+
+
+def test_score_superglue_record_with_max_over_gold(tmp_path, capsys):
+    record = load_split(DatasetRef("aps/super_glue", "validation", "record"), SOURCES)
+    ids = [f"{r['passage']}-{r['query']}" for r in record["idx"]]
+    # a surname alone is right when the full name is masked; every tenth prediction is wrong
+    rows = [(key, answers[-1] if k % 10 else "nobody") for k, (key, answers) in enumerate(zip(ids, record["answers"]))]
+    scored = score_cli(capsys, "--task", "superglue_record", "--predictions",
+                       str(write_predictions(tmp_path / "record.jsonl", rows)), "--references", SOURCES["aps/super_glue"])
+    assert scored["exact_match"] == pytest.approx(0.9) and scored["f1"] == pytest.approx(0.9)
+    bad = write_predictions(tmp_path / "bad.jsonl", rows + [("999-999", "x")])
+    with pytest.raises(DataError, match=r"bad.jsonl: row 81: task 'superglue_record': unknown example id '999-999'"):
+        score_cli(capsys, "--task", "superglue_record", "--predictions", str(bad), "--references",
+                  SOURCES["aps/super_glue"])
+
+
+def test_score_glue_cola_and_mrpc_against_the_fixture(tmp_path, capsys):
+    for task, config, positive in (("glue_cola", "cola", None), ("glue_mrpc", "mrpc", "equivalent")):
+        raw = load_split(DatasetRef("nyu-mll/glue", "validation", config), SOURCES)
+        names = raw.features["label"].names
+        gold = [names[i] for i in raw["label"]]
+        predicted = [g if k % 5 else names[1 - names.index(g)] for k, g in enumerate(gold)]  # every fifth flipped
+        rows = [(str(i), p) for i, p in zip(raw["idx"], predicted)]
+        scored = score_cli(capsys, "--task", task, "--predictions", str(write_predictions(tmp_path / "p.jsonl", rows)),
+                           "--references", SOURCES["nyu-mll/glue"])
+        if positive:
+            assert scored["f1"] == pytest.approx(f1_score(gold, predicted, pos_label=positive))
+            assert scored["accuracy"] == pytest.approx(0.8)
+        else:
+            assert scored["mcc"] == pytest.approx(matthews_corrcoef(gold, predicted))
