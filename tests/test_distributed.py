@@ -32,7 +32,7 @@ def second_task(folder: Path) -> Path:
     return folder
 
 
-def common(tmp_path: Path, out: Path, micro: int, zero: int) -> list[str]:
+def common(tmp_path: Path, out: Path, micro: int, zero: int, method: str = "multi_lora") -> list[str]:
     tasks = ('[{name: xnli, languages: [en, de], protocol: in_language, max_train_examples: 200}, '
              '{name: nli_copy, max_train_examples: 40}]')
     return demo_overrides(out, 16, **{
@@ -41,6 +41,7 @@ def common(tmp_path: Path, out: Path, micro: int, zero: int) -> list[str]:
         "evaluation.every_steps": 8, "checkpointing.every_steps": 8, "data.tasks": tasks,
         "data.task_dirs": f"[{tmp_path / 'tasks'}]", "data.mixing.strategy": "proportional",
         "weighting.method": "mean",  # the plain loop here; tests/test_lfmlf_e2e.py runs LF-MLF distributed
+        "model.adapter.method": method, "training.optimizer.lr": 1e-3 if method == "full" else 1e-2,
     })
 
 
@@ -48,12 +49,13 @@ def train_losses(out: Path) -> list[float]:
     return [e["loss"] for e in read_jsonl(out / "metrics.jsonl") if e["kind"] == "train"]
 
 
-def test_two_process_zero2_matches_single_process(tmp_path):
+@pytest.mark.parametrize("method", ["full", "multi_lora"])
+def test_two_process_zero2_matches_single_process(tmp_path, method):
     second_task(tmp_path / "tasks")
     single, double = tmp_path / "single", tmp_path / "double"
-    one = run_cli("--config", "configs/demo.yaml", *common(tmp_path, single, micro=16, zero=2))
+    one = run_cli("--config", "configs/demo.yaml", *common(tmp_path, single, micro=16, zero=2, method=method))
     assert one.returncode == 0, one.stderr[-3000:]
-    two = run_torchrun("--config", "configs/demo.yaml", *common(tmp_path, double, micro=8, zero=2))
+    two = run_torchrun("--config", "configs/demo.yaml", *common(tmp_path, double, micro=8, zero=2, method=method))
     assert two.returncode == 0, two.stderr[-5000:]
     a, b = train_losses(single), train_losses(double)
     assert len(a) == len(b) == 16

@@ -28,6 +28,14 @@ def weighting_events(out: Path) -> list[dict]:
     return [e for e in read_jsonl(out / "metrics.jsonl") if e["kind"] == "weighting"]
 
 
+def assert_same_d_norm(a: dict, b: dict) -> None:
+    """||d||² = wᵀGw of two runs that differ only in float32 summation order. Near Pareto stationarity it is a
+    small difference of entries of size ~||g_t||² (||d||²/mean||g_t||² reaches 1e-5 here), so its rounding error
+    scales with mean||g_t||², not with ||d||²."""
+    tolerance = 1e-4 * max(a["d_norm_sq"], a["mean_grad_norm_sq"] * 1e-2)
+    assert abs(a["d_norm_sq"] - b["d_norm_sq"]) <= tolerance, (a["step"], a["d_norm_sq"], b["d_norm_sq"])
+
+
 def final_weights(out: Path):
     return load_file(str(out / f"checkpoints/step-{STEPS:08d}/model.safetensors"))
 
@@ -69,8 +77,9 @@ def test_every_step_logs_weights_certificate_and_stationarity(zero_runs):
 def test_zero_stages_give_the_same_training(zero_runs, stage):
     reference, other = weighting_events(zero_runs["zero0"]), weighting_events(zero_runs[stage])
     for a, b in zip(reference, other):
-        for key in ("weight/xnli/en", "weight/xnli/de", "weight/xnli/ar", "d_norm_sq"):
+        for key in ("weight/xnli/en", "weight/xnli/de", "weight/xnli/ar"):
             assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-7), (a["step"], key)
+        assert_same_d_norm(a, b)
     w0, w1 = final_weights(zero_runs["zero0"]), final_weights(zero_runs[stage])
     assert max((w0[k] - w1[k]).abs().max().item() for k in w0) < 1e-5
 
@@ -80,11 +89,13 @@ def test_two_processes_match_one_and_ranks_stay_bit_identical(zero_runs):
     assert len(one) == len(two) == STEPS
     for a, b in zip(one, two):
         assert a["weight/xnli/de"] == pytest.approx(b["weight/xnli/de"], rel=1e-4, abs=1e-7)
-        assert a["d_norm_sq"] == pytest.approx(b["d_norm_sq"], rel=1e-4)
+        assert_same_d_norm(a, b)
     syncs = [e for e in read_jsonl(zero_runs["two"] / "metrics.jsonl") if e["kind"] == "sync"]
     assert [e["step"] for e in syncs] == [6, STEPS] and all(e["ranks_in_sync"] for e in syncs)
     w1, w2 = final_weights(zero_runs["zero2"]), final_weights(zero_runs["two"])
-    assert max((w1[k] - w2[k]).abs().max().item() for k in w1) < 1e-5
+    # Adam moves every weight by up to lr = 1e-2 per step whatever its gradient's size, so float32 summation-order
+    # noise in near-zero gradients shows in the weights: allow 1% of one step's update
+    assert max((w1[k] - w2[k]).abs().max().item() for k in w1) < 1e-4
 
 
 def test_pareto_stationarity_stops_training(tmp_path):

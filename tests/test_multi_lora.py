@@ -10,6 +10,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoModel, RobertaConfig
 
+from mtft.adapters.lora import inject_lora, lora_layers
 from mtft.adapters.methods import parameter_table
 from mtft.adapters.multi_lora import MultiLoraConfig, MultiLoraLinear, inject_multi_lora, multi_lora_layers
 from mtft.models.heads import SequenceClassificationHead
@@ -52,7 +53,7 @@ def routed_model(tmp_path, tasks=3):
     model = MultiTaskModel(model.encoder, dict(model.heads), tasks)
     inject_multi_lora(model.encoder, MultiLoraConfig(r=4, target_modules=["query", "value", "dense"]), tasks, seed=1)
     for layer in multi_lora_layers(model):
-        torch.nn.init.normal_(layer.lora_B, std=0.5)
+        torch.nn.init.normal_(layer.lora_B.weight, std=0.5)
     enc = tok(["alpha beta", "gamma delta", "zeta eta", "theta alpha", "beta beta", "eta"], padding=True,
               return_tensors="pt")
     return model.eval(), enc
@@ -65,7 +66,7 @@ def test_each_example_uses_only_its_tasks_b(tmp_path):
         before = model.encoder(**enc).last_hidden_state
     with torch.no_grad():
         for layer in multi_lora_layers(model):
-            layer.lora_B[1] += 0.3  # perturb task 1's B only
+            layer.lora_B.weight[1] += 0.3  # perturb task 1's B only
     with labelled_rows(task=tasks):
         after = model.encoder(**enc).last_hidden_state
     changed = (after - before).abs().amax(dim=(1, 2)) > 1e-6
@@ -89,7 +90,7 @@ def test_a_stays_frozen_and_b_trains(tmp_path):
     model.train()
     layers = multi_lora_layers(model)
     a_before = [m.lora_A.detach().clone() for m in layers]
-    b_before = [m.lora_B.detach().clone() for m in layers]
+    b_before = [m.lora_B.weight.detach().clone() for m in layers]
     trainable = [p for p in model.parameters() if p.requires_grad]
     assert all(not m.lora_A.requires_grad and not m.base_layer.weight.requires_grad for m in layers)
     optimizer = torch.optim.AdamW(trainable, lr=1e-2)
@@ -101,7 +102,7 @@ def test_a_stays_frozen_and_b_trains(tmp_path):
         optimizer.step()
         optimizer.zero_grad()
     assert all(torch.equal(m.lora_A, a) for m, a in zip(layers, a_before))
-    assert all(not torch.equal(m.lora_B, b) for m, b in zip(layers, b_before))
+    assert all(not torch.equal(m.lora_B.weight, b) for m, b in zip(layers, b_before))
 
 
 def test_checkpoint_round_trip_is_bit_identical(tmp_path):
@@ -130,7 +131,7 @@ def test_gaussian_init_is_standard_normal_and_peft_init_is_kaiming_uniform():
     default = MultiLoraLinear(base, 2, 64, 16, 0.0, "peft", torch.Generator().manual_seed(0))
     assert abs(gaussian.lora_A.std().item() - 1.0) < 0.02
     assert default.lora_A.abs().max().item() <= 1 / 20 and abs(default.lora_A.std().item() - (1 / 20) / 3**0.5) < 2e-3
-    assert torch.count_nonzero(default.lora_B) == 0
+    assert torch.count_nonzero(default.lora_B.weight) == 0
 
 
 @pytest.mark.slow
@@ -153,4 +154,67 @@ def test_mixed_batch_multi_lora_run_learns_and_reports_parameters(tmp_path):
     assert {"loss/xnli/en", "loss/nli_copy/sw"} <= set(train[0])
     state = load_file(str(out / "checkpoints/step-00000400/model.safetensors"))
     a_keys = [k for k in state if k.endswith("lora_A")]
-    assert a_keys and all(state[k.replace("lora_A", "lora_B")].shape[0] == 2 for k in a_keys)  # one B per task
+    assert a_keys and all(state[k.replace("lora_A", "lora_B.weight")].shape[0] == 2 for k in a_keys)  # one B per task
+
+
+def peft_lora_model(tmp_path, tasks=3):
+    model, enc = routed_model(tmp_path, tasks)  # reuse the tokenised batch; replace Multi-LoRA by PEFT LoRA
+    plain, _ = tiny_model(tmp_path, num_objectives=tasks)
+    names = inject_lora(plain.encoder, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["query", "value"]),
+                        [f"t{i}" for i in range(tasks)])
+    assert len(names) == 4  # query and value of the tiny encoder's 2 layers
+    for layer in lora_layers(plain):
+        for adapter in layer.lora_B.values():
+            torch.nn.init.normal_(adapter.weight, std=0.5)
+    return MultiTaskModel(plain.encoder, dict(model.heads), tasks).eval(), enc
+
+
+def test_lora_method_routes_mixed_batches_through_each_tasks_peft_adapter(tmp_path):
+    model, enc = peft_lora_model(tmp_path)
+    tasks = torch.tensor([2, 0, 1, 1, 0, 2])
+    with labelled_rows(task=tasks):
+        mixed = model.encoder(**enc).last_hidden_state
+    for i in range(6):
+        with labelled_rows(task=tasks[i : i + 1]):
+            alone = model.encoder(input_ids=enc["input_ids"][i : i + 1],
+                                  attention_mask=enc["attention_mask"][i : i + 1]).last_hidden_state
+        torch.testing.assert_close(mixed[i : i + 1], alone, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        for layer in lora_layers(model):
+            layer.lora_B["t1"].weight += 0.3
+    with labelled_rows(task=tasks):
+        after = model.encoder(**enc).last_hidden_state
+    assert ((after - mixed).abs().amax(dim=(1, 2)) > 1e-6).tolist() == [False, False, True, True, False, False]
+
+
+def test_lora_method_trains_every_present_tasks_adapter(tmp_path):
+    model, enc = peft_lora_model(tmp_path)
+    model.train()
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert all(f"lora_B.t{i}.weight" in " ".join(trainable) for i in range(3))
+    assert not any("base_layer" in n or "embeddings" in n for n in trainable)
+    batch = dict(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], labels=torch.tensor([0, 1] * 3),
+                 head_index=torch.tensor([0, 1, 0, 1, 0, 1]), objective_index=torch.tensor([0, 1, 0, 1, 0, 1]))
+    sums, counts = model(**batch)
+    (sums / counts.clamp(min=1)).sum().backward()
+    grads = {i: sum(layer.lora_A[f"t{i}"].weight.grad.abs().sum() for layer in lora_layers(model)
+                    if layer.lora_A[f"t{i}"].weight.grad is not None) for i in range(3)}
+    assert grads[0] > 0 and grads[1] > 0 and grads[2] == 0  # task 2 has no row in the batch
+
+
+def test_objective_granularity_routes_by_objective(tmp_path):
+    model, enc = routed_model(tmp_path)
+    for layer in multi_lora_layers(model):
+        layer.route_by = "objective"
+    tasks, objectives = torch.tensor([0, 0, 0, 0, 0, 0]), torch.tensor([0, 1, 2, 0, 1, 2])
+    with labelled_rows(task=tasks, objective=objectives):
+        before = model.encoder(**enc).last_hidden_state
+    with torch.no_grad():
+        for layer in multi_lora_layers(model):
+            layer.lora_B.weight[2] += 0.3  # objective 2's B: rows 2 and 5, although every row is task 0's
+    with labelled_rows(task=tasks, objective=objectives):
+        after = model.encoder(**enc).last_hidden_state
+    assert ((after - before).abs().amax(dim=(1, 2)) > 1e-6).tolist() == [False, False, True, False, False, True]
+    with pytest.raises(RuntimeError, match=r"outside labelled_rows\(objective=...\)"):
+        with labelled_rows(task=tasks):
+            model.encoder(**enc)

@@ -267,3 +267,19 @@ def test_task_file_metric_must_fit_its_kind(tmp_path):
                                           r"multiple_choice, question_answering, regression, "
                                           r"sequence_classification, token_classification"):
         discover_tasks([folder])
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_shipped_configs_name_valid_tasks_languages_and_settings(path, monkeypatch):
+    """Beyond the schema (tests/test_config.py): every task, language and task setting of a shipped config
+    resolves, and its splits are the ones --prefetch would cache."""
+    from mtft.config import load_config
+    from mtft.data.prefetch import dataset_refs
+
+    monkeypatch.chdir(REPO)
+    config = load_config(path)
+    available = discover_tasks(config.data.task_dirs)
+    for selection in config.data.tasks:
+        task = available[selection.name].configured(selection.settings, str(path))
+        assert set(selection.languages or task.languages) <= set(task.languages)
+    assert dataset_refs(config)

@@ -11,6 +11,7 @@ from types import ModuleType
 
 COMMANDS: dict[str, tuple[str, str]] = {
     # name: (module, one-line summary for run.py --help)
+    "export": ("mtft.commands.export", "write each task's adapter as a standard PEFT LoRA directory"),
     "score": ("mtft.commands.score", "official metrics of a predictions file, offline, as JSON"),
 }
 

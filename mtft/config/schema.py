@@ -55,12 +55,18 @@ class TinyEncoderSection(Section):
 
 
 class AdapterSection(Section):
-    method: Literal["full", "head", "multi_lora"] = Field(
+    method: Literal["full", "head", "multi_lora", "lora"] = Field(
         "full",
         description="full: fine-tune every encoder weight; head: frozen encoder, heads only; multi_lora: "
-        "Shared-A Multi-LoRA -- one frozen random A shared by all tasks, one trained B per task (SPEC §2).",
+        "Shared-A Multi-LoRA -- one frozen random A shared by all tasks, one trained B per task (SPEC §2); "
+        "lora: PEFT LoRA with a separate A and B per task (mixed batches routed through PEFT's per-adapter "
+        "sub-batches).",
     )
-    r: int = Field(8, ge=1, description="LoRA rank (multi_lora).")
+    granularity: Literal["task", "objective"] = Field(
+        "task", description="multi_lora: one B per task, or one B per loss objective (weighting.objectives); "
+        "with objective, every evaluated (task, language) must be a training objective.",
+    )
+    r: int = Field(8, ge=1, description="LoRA rank (multi_lora, lora).")
     alpha: float = Field(16.0, gt=0.0, description="LoRA alpha; the update is scaled by alpha / r.")
     dropout: float = Field(0.0, ge=0.0, lt=1.0, description="LoRA dropout on the adapter's input.")
     target_modules: list[str] = Field(
@@ -296,10 +302,13 @@ class RunConfig(Section):
     def _gram_weighting_supports_adapter(self) -> "RunConfig":
         from mtft.weighting import WEIGHTINGS
 
-        if self.model.adapter.method == "multi_lora" and WEIGHTINGS[self.weighting.method].needs_gram:
+        if self.model.adapter.method == "lora" and WEIGHTINGS[self.weighting.method].needs_gram:
+            # PEFT applies each adapter to a sub-batch of its own rows (x[rows] -> lora_A -> lora_B), so the
+            # per-objective gradient hooks, which attribute the rows of a layer's whole input, cannot see them.
             raise ValueError(
-                f"weighting.method={self.weighting.method} needs per-objective gradients, which do not cover "
-                "Multi-LoRA layers yet; use weighting.method=mean with model.adapter.method=multi_lora"
+                f"weighting.method={self.weighting.method} needs per-objective gradients, which cover PEFT's "
+                "multi-adapter sub-batches only through multi_lora; use model.adapter.method=multi_lora, or "
+                "weighting.method=mean to compare with lora"
             )
         return self
 

@@ -60,6 +60,8 @@ class PreparedData:
     train_units: list[Objective]  # (task, language) training datasets, in a fixed order
     unit_objective: list[int]  # training unit -> loss objective index (after weighting.objectives grouping)
     objective_names: list[str]
+    # evaluated (task, language) -> its loss objective, where it is trained (zero-shot languages are not)
+    eval_objective: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def train_dataset(self, unit: int) -> datasets.Dataset:
         obj = self.train_units[unit]
@@ -96,7 +98,10 @@ def prepare_data(config: RunConfig, make_tokenizer: Callable[[list[str]], Any]) 
                    for lang, ds in td.raw_eval.items()}
     units = [Objective(name, lang) for name, td in tasks.items() for lang in td.train]
     names, unit_objective = _group(units, config.weighting.objectives)
-    return PreparedData(tasks, tokenizer, units, unit_objective, names)
+    key = _objective_key(config.weighting.objectives)
+    eval_objective = {(name, lang): names.index(key(Objective(name, lang)))
+                      for name, td in tasks.items() for lang in td.languages if key(Objective(name, lang)) in names}
+    return PreparedData(tasks, tokenizer, units, unit_objective, names, eval_objective)
 
 
 def _load_task(task: Task, selection: TaskSelection, config: RunConfig) -> TaskData:
@@ -210,9 +215,13 @@ def _tokenizer_digest(tokenizer: Any) -> str:
     return tokenizer._mtft_digest
 
 
+def _objective_key(mode: str) -> Callable[[Objective], str]:
+    return {"task_language": lambda o: o.key, "task": lambda o: o.task, "language": lambda o: o.language}[mode]
+
+
 def _group(units: list[Objective], mode: str) -> tuple[list[str], list[int]]:
     """Map training units to loss objectives: per (task, language), per task or per language."""
-    key = {"task_language": lambda o: o.key, "task": lambda o: o.task, "language": lambda o: o.language}[mode]
+    key = _objective_key(mode)
     names: list[str] = []
     for unit in units:
         if key(unit) not in names:

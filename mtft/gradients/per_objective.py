@@ -8,6 +8,7 @@ with respect to a weight is the sum, over t's examples, of the usual per-example
     Linear:     ∂L_t/∂W = Σ_{n∈t} δ_nᵀ x_n          ∂L_t/∂b = Σ_{n∈t} δ_n
     Embedding:  ∂L_t/∂E[i] = Σ_{n∈t, positions with id i} δ_n     (the padding row gets none)
     LayerNorm:  ∂L_t/∂γ = Σ_{n∈t} δ_n ⊙ x̂_n        ∂L_t/∂β = Σ_{n∈t} δ_n
+    Multi-LoRA: ∂L_t/∂B[j] = Σ_{n∈t, slot(n)=j} δ_nᵀ (A·x_n)       (A frozen; only the rows' own B's)
 
 Forward hooks keep each layer's input; a hook on its output receives δ during the backward pass of
 Σ_t sum_t; the products are summed per objective into a (T, *shape) buffer per parameter (written in place,
@@ -26,9 +27,15 @@ from typing import Iterator, Optional
 import torch
 from torch import nn
 
+from mtft.adapters.multi_lora.layer import RoutedLoraB
 from mtft.models.rows import row_labels
 
-SUPPORTED = (nn.Linear, nn.Embedding, nn.LayerNorm)
+SUPPORTED = (nn.Linear, nn.Embedding, nn.LayerNorm, RoutedLoraB)
+# Parameters whose gradient touches only some rows of the first dimension: an embedding's looked-up tokens, the
+# B's of the Multi-LoRA slots in the batch. Their buffers are cleared, reduced to a Gram and combined over the
+# touched rows only -- for Multi-LoRA this makes G block-diagonal across tasks, as the B's of different tasks
+# are disjoint parameters.
+ROW_SPARSE = (nn.Embedding, RoutedLoraB)
 
 
 class PerObjectiveGradients:
@@ -57,9 +64,9 @@ class PerObjectiveGradients:
                 "per-objective gradients cover Linear, Embedding and LayerNorm parameters; these modules hold "
                 f"other trainable parameters: {', '.join(unsupported)}"
             )
-        # Embedding weights first: their gradients are sparse in rows, so the dense rest is one contiguous block.
-        params = sorted(self.names, key=lambda p: not self._is_embedding(p))
-        self.embeddings = [p for p in params if self._is_embedding(p)]
+        # Row-sparse weights first, so that the dense rest is one contiguous block.
+        params = sorted(self.names, key=lambda p: not self._is_row_sparse(p))
+        self.embeddings = [p for p in params if self._is_row_sparse(p)]
         dtype = dtype or (torch.float64 if params and params[0].dtype == torch.float64 else torch.float32)
         sizes = [p.numel() for p in params]
         self.flat = torch.zeros(num_objectives, sum(sizes), dtype=dtype, device=params[0].device if params else None)
@@ -70,7 +77,7 @@ class PerObjectiveGradients:
         for p, size in zip(params, sizes):
             self.views[p] = self.flat[:, offset : offset + size].view(num_objectives, *p.shape)
             offset += size
-        # Rows of each embedding that this step touched: only they are non-zero in its buffers.
+        # Rows of each row-sparse weight that this step touched: only they are non-zero in its buffers.
         self.row_mask = {p: torch.zeros(p.shape[0], dtype=torch.bool, device=p.device) for p in self.embeddings}
         self._handles: list = []
         self._active = False
@@ -78,8 +85,8 @@ class PerObjectiveGradients:
         # finalize() zeroes the rest -- cheaper than clearing all T × P floats every step.
         self._touched: set[tuple[int, int]] = set()
 
-    def _is_embedding(self, param: nn.Parameter) -> bool:
-        return any(isinstance(m, nn.Embedding) and m.weight is param for m in self.modules)
+    def _is_row_sparse(self, param: nn.Parameter) -> bool:
+        return any(isinstance(m, ROW_SPARSE) and m.weight is param for m in self.modules)
 
     # ------------------------------------------------------------------------------------------------
     def attach(self) -> "PerObjectiveGradients":
@@ -136,6 +143,8 @@ class PerObjectiveGradients:
             # a leaf so that the backward pass still brings this layer its output gradient.
             output = output.detach().requires_grad_(True)
         saved, segments = inputs[0].detach(), _segments(rows)
+        if isinstance(module, RoutedLoraB):  # the slot of every row, besides A·x
+            saved = (saved, inputs[1].detach())
         output.register_hook(lambda grad: self._accumulate(module, saved, segments, grad))
         return output
 
@@ -145,6 +154,8 @@ class PerObjectiveGradients:
             self._linear(module, x, segments, grad)
         elif isinstance(module, nn.Embedding):
             self._embedding(module, x, segments, grad)
+        elif isinstance(module, RoutedLoraB):
+            self._routed_lora_b(module, *x, segments, grad)
         else:
             self._layer_norm(module, x, segments, grad)
 
@@ -164,6 +175,16 @@ class PerObjectiveGradients:
                 index, g = index[keep], g[keep]
             self.row_mask[module.weight][index] = True
             self.views[module.weight][t].index_add_(0, index, g.to(self.flat.dtype))
+
+    def _routed_lora_b(self, module: RoutedLoraB, shared, slots, segments, grad) -> None:
+        for t, rows in segments:
+            row_slots = slots[rows]
+            for j in torch.unique(row_slots).tolist():  # one slot per objective unless objectives span tasks
+                own = rows if bool((row_slots == j).all()) else _select(rows, row_slots == j)
+                g = grad[own].reshape(-1, grad.shape[-1])
+                a_x = shared[own].reshape(-1, shared.shape[-1])
+                self.row_mask[module.weight][j] = True
+                self.views[module.weight][t, j].addmm_(g.t().to(self.flat.dtype), a_x.to(self.flat.dtype))
 
     def _layer_norm(self, module: nn.LayerNorm, x, segments, grad) -> None:
         has_weight = module.weight is not None and module.weight in self.views
@@ -198,12 +219,14 @@ class PerObjectiveGradients:
             target.addmm_(a, b)
 
     # ------------------------------------------------------------------------------------------------
-    def gram(self, params: list[nn.Parameter]) -> torch.Tensor:
-        """G_ts = g_tᵀ g_s over ``params``, in float64: embeddings over their touched rows only, the dense
+    def gram(self, params: list[nn.Parameter], only_rows: Optional[dict[nn.Parameter, torch.Tensor]] = None
+             ) -> torch.Tensor:
+        """G_ts = g_tᵀ g_s over ``params``, in float64: row-sparse weights over their touched rows only (and
+        within ``only_rows[p]`` where given: e.g. the Multi-LoRA B's that several objectives share), the dense
         rest in one matrix product when every dense parameter is included."""
         params = set(params)
         dense = [p for p in self.views if p not in self.row_mask]
-        blocks = [self.views[p][:, self.touched_rows(p)] for p in self.embeddings if p in params]
+        blocks = [self.views[p][:, self._gram_rows(p, only_rows)] for p in self.embeddings if p in params]
         if dense and params.issuperset(dense):
             blocks.append(self.flat[:, self.dense_start :])
         else:
@@ -213,6 +236,12 @@ class PerObjectiveGradients:
             block = block.reshape(self.num_objectives, -1)
             gram += (block @ block.t()).double().cpu()
         return gram
+
+    def _gram_rows(self, param: nn.Parameter, only_rows: Optional[dict]) -> torch.Tensor:
+        rows = self.touched_rows(param)
+        if only_rows is not None and param in only_rows:
+            rows = rows[torch.isin(rows, only_rows[param].to(rows.device))]
+        return rows
 
     def combine(self, weights: torch.Tensor) -> dict[nn.Parameter, torch.Tensor]:
         """Σ_t w_t g_t for every parameter (weights may fold in a per-objective scale such as 1/count_t)."""
@@ -228,6 +257,12 @@ class PerObjectiveGradients:
                 out[p] = dense[offset : offset + p.numel()].view_as(p)
                 offset += p.numel()
         return out
+
+
+def _select(rows, keep: torch.Tensor) -> torch.Tensor:
+    """The rows of a segment (slice or index tensor) where ``keep`` holds."""
+    index = torch.arange(rows.start, rows.stop, device=keep.device) if isinstance(rows, slice) else rows
+    return index[keep]
 
 
 def _segments(rows: torch.Tensor) -> list[tuple[int, object]]:

@@ -16,6 +16,7 @@ A Gram that holds NaN or inf is refused by the solver: the step is skipped on ev
 from __future__ import annotations
 
 import time
+from typing import Optional
 
 import numpy as np
 import torch
@@ -29,7 +30,8 @@ from mtft.weighting import Weighting
 
 class GramWeightedStep:
     def __init__(self, engine, weighting: Weighting, num_objectives: int, world_size: int,
-                 shared: list[torch.nn.Parameter], cosine_every: int = 0):
+                 shared: list[torch.nn.Parameter], cosine_every: int = 0,
+                 shared_rows: Optional[dict[torch.nn.Parameter, torch.Tensor]] = None):
         self.engine = engine
         self.weighting = weighting
         self.num_objectives = num_objectives
@@ -37,6 +39,7 @@ class GramWeightedStep:
         self.module = engine.module
         self.collector = PerObjectiveGradients(self.module, num_objectives).attach()
         self.shared = shared
+        self.shared_rows = shared_rows
         self.cosine_every = cosine_every
         self.steps = 0
 
@@ -67,7 +70,7 @@ class GramWeightedStep:
         # Gram (D G D) and the combination weights instead of a pass over the T × P buffers.
         scale = torch.where(present, 1.0 / counts.clamp(min=1), 0.0)
         losses = torch.where(present, sums / counts.clamp(min=1), torch.nan)
-        gram = self.collector.gram(self.shared) * scale[:, None] * scale[None, :]
+        gram = self.collector.gram(self.shared, self.shared_rows) * scale[:, None] * scale[None, :]
         sub = gram[present][:, present].numpy()
 
         weights = torch.zeros(self.num_objectives, dtype=torch.float64)

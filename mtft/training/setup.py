@@ -11,6 +11,7 @@ import yaml
 
 from mtft.config.schema import RunConfig
 from mtft.adapters.methods import apply_method
+from mtft.adapters.multi_lora import multi_lora_layers
 from mtft.data.pipeline import PreparedData
 from mtft.errors import ConfigError
 from mtft.models.backbone import build_encoder
@@ -36,7 +37,16 @@ def make_tokenizer_factory(config: RunConfig):
 
 def build_model(config: RunConfig, data: PreparedData) -> MultiTaskModel:
     encoder = build_encoder(config.model, data.tokenizer, config.data.max_length, config.run.seed)
-    apply_method(encoder, config.model.adapter, num_tasks=len(data.tasks), seed=config.run.seed)
+    adapter = config.model.adapter
+    if adapter.method == "multi_lora" and adapter.granularity == "objective":
+        untrained = [o.key for o in data.eval_objectives() if (o.task, o.language) not in data.eval_objective]
+        if untrained:
+            raise ConfigError(
+                "model.adapter.granularity=objective gives every loss objective its own B, but the evaluated "
+                f"{', '.join(untrained[:5])} {'is' if len(untrained) == 1 else 'are'} not trained "
+                "(zero-shot): use granularity=task, or the in_language protocol"
+            )
+    apply_method(encoder, adapter, list(data.tasks), len(data.objective_names), config.run.seed)
     heads = {
         name: build_head(td.task.head, encoder.config.hidden_size, td.label_names, config.model.classifier_dropout)
         for name, td in data.tasks.items() if name in data.head_tasks()
@@ -49,24 +59,38 @@ def heads_metadata(data: PreparedData) -> dict[str, Any]:
             if name in data.head_tasks()}
 
 
-def shared_parameters(model: MultiTaskModel, data: PreparedData, mode: str) -> list[torch.nn.Parameter]:
-    """The parameters whose per-objective gradients form the Gram (``weighting.shared``).
+def shared_parameters(model: MultiTaskModel, data: PreparedData, mode: str
+                      ) -> tuple[list[torch.nn.Parameter], dict[torch.nn.Parameter, torch.Tensor]]:
+    """The parameters whose per-objective gradients form the Gram (``weighting.shared``), and for stacked
+    Multi-LoRA B's the slots (rows) among them that count.
 
-    ``auto``: those that more than one objective can update -- every encoder parameter, and a task's head
-    when several objectives (its languages) use it. With ``weighting.objectives: task`` the heads are private.
+    ``auto``: those that more than one objective can update -- every encoder weight, a task's head when several
+    objectives (its languages) use it, and a task's Multi-LoRA B likewise (with one B per objective, none is
+    shared). With ``weighting.objectives: task`` the heads and B's are private.
     """
     objectives_of_task: dict[str, set[int]] = {}
     for unit, objective in zip(data.train_units, data.unit_objective):
         objectives_of_task.setdefault(unit.task, set()).add(objective)
-    shared = []
+    users_of_slot = {"task": [len(objectives_of_task.get(task, ())) for task in data.tasks],
+                     "objective": [1] * len(data.objective_names)}
+    routed = {layer.lora_B.weight: layer.route_by for layer in multi_lora_layers(model)}
+    shared, only_rows = [], {}
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
         is_head = name.startswith("heads.")
-        users = len(objectives_of_task.get(name.split(".")[1], ())) if is_head else len(data.objective_names)
-        if mode == "all" or (mode == "encoder" and not is_head) or (mode == "auto" and users > 1):
+        if mode == "all" or (mode == "encoder" and not is_head):
             shared.append(param)
-    return shared
+        elif mode == "auto" and param in routed:
+            slots = (torch.tensor(users_of_slot[routed[param]]) > 1).nonzero(as_tuple=True)[0]
+            if len(slots):
+                shared.append(param)
+                only_rows[param] = slots
+        elif mode == "auto":
+            users = len(objectives_of_task.get(name.split(".")[1], ())) if is_head else len(data.objective_names)
+            if users > 1:
+                shared.append(param)
+    return shared, only_rows
 
 
 def check_metric_for_best(config: RunConfig, data: PreparedData) -> None:

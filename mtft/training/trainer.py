@@ -23,8 +23,9 @@ from mtft.config.schema import RunConfig
 from mtft.data.batching import BatchBuilder
 from mtft.data.pipeline import PreparedData, prepare_data
 from mtft.data.sampler import MultiObjectiveSampler, mixing_probabilities
-from mtft.errors import CheckpointError
+from mtft.errors import CheckpointError, ConfigError
 from mtft.evaluation.evaluate import Evaluation, evaluate
+from mtft.models.from_run import save_encoder_files
 from mtft.reporting.logs import MetricsLog, add_file_log, logger, setup_console_logging
 from mtft.reporting.report import write_report
 from mtft.training import checkpoint as ckpt
@@ -93,13 +94,14 @@ class Run:
         self.data = self._prepare_data_rank0_first()
         check_metric_for_best(config, self.data)
         model = build_model(config, self.data)  # before the run directory: a bad backbone or adapter writes nothing
-        self._create_run_dir()
+        self.weighting = build_weighting(config.weighting.method, config.weighting.options)
+        self.shared = self._shared_parameters(model) if self.weighting.needs_gram else None
+        self._create_run_dir(model)
         self.parameters = parameter_table(model)
         logger.info(f"{config.model.adapter.method}: " + "; ".join(
             f"{part} {stored:,} stored / {trainable:,} trainable" for part, stored, trainable in self.parameters))
         self.engine = initialize(model, config, self.proc.world_size)
         self.builder = BatchBuilder(self.data)
-        self.weighting = build_weighting(config.weighting.method, config.weighting.options)
         self.step_fn = self._build_step()
         self.sampler = self._sampler()
         self.step, self.best, self.stationary_run = 0, None, 0
@@ -130,24 +132,36 @@ class Run:
             barrier()
         return data
 
-    def _create_run_dir(self) -> None:
+    def _create_run_dir(self, model) -> None:
         if self.proc.is_main:
             if self.config.run.overwrite and not self.config.run.resume and self.run_dir.exists():
                 shutil.rmtree(self.run_dir)
             self.run_dir.mkdir(parents=True, exist_ok=True)
             (self.run_dir / "config.yaml").write_text(config_to_yaml(self.config), encoding="utf-8")
+            save_encoder_files(self.run_dir, model.encoder, self.data.tokenizer)
             add_file_log(self.run_dir)
         barrier()
+
+    def _shared_parameters(self, model):
+        shared, shared_rows = shared_parameters(model, self.data, self.config.weighting.shared)
+        if not shared:
+            raise ConfigError(
+                f"weighting.method={self.config.weighting.method}: no trainable parameter is shared by two "
+                f"objectives (weighting.shared={self.config.weighting.shared}, model.adapter.method="
+                f"{self.config.model.adapter.method}), so there is nothing to balance; use weighting.shared=all "
+                "or weighting.method=mean"
+            )
+        return shared, shared_rows
 
     def _build_step(self):
         num_objectives, world = len(self.data.objective_names), self.proc.world_size
         if not self.weighting.needs_gram:
             return LossWeightedStep(self.engine, self.weighting, num_objectives, world)
-        shared = shared_parameters(self.engine.module, self.data, self.config.weighting.shared)
+        shared, shared_rows = self.shared
         logger.info(f"{self.config.weighting.method}: Gram over {sum(p.numel() for p in shared):,} shared parameters "
                     f"({len(shared)} tensors), {num_objectives} objectives")
         return GramWeightedStep(self.engine, self.weighting, num_objectives, world, shared,
-                                self.config.weighting.cosine_every)
+                                self.config.weighting.cosine_every, shared_rows)
 
     def _sampler(self) -> MultiObjectiveSampler:
         mixing = self.config.data.mixing

@@ -1,32 +1,56 @@
-"""The Multi-LoRA linear layer: h = W0·x + (α/r)·B_{task(x)}·A·x, routed per row in mixed batches.
+"""The Multi-LoRA linear layer: h = W0·x + (α/r)·B_{slot(x)}·A·x, routed per row in mixed batches.
 
 PEFT routes mixed batches only at inference (``adapter_names=``) and loops over adapters; here A·x is computed
 once for the whole batch and every row's own B is applied by one batched matrix product, so a mixed batch
-trains all tasks at once. The layout is PEFT's: ``lora_A`` (r × in) is the input side, ``lora_B[i]``
-(out × r) the output side of task i.
+trains all tasks at once. The layout is PEFT's: ``lora_A`` (r × in) is the input side, ``lora_B.weight[i]``
+(out × r) the output side of adapter slot i. A slot is a task (``route_by="task"``, the default) or a loss
+objective (``route_by="objective"``), read from the rows' :func:`~mtft.models.rows.labelled_rows` declaration.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Literal, Optional
 
 import torch
 from torch import nn
 
 from mtft.models.rows import row_labels
 
+
+class RoutedLoraB(nn.Module):
+    """The stacked output sides B (slots × out × r); row n of a batch is multiplied by B[slots[n]].
+
+    A module of its own so that per-objective gradient hooks see its input (A·x after dropout) and the rows'
+    slots, exactly as they see a Linear layer's input (:mod:`mtft.gradients.per_objective`)."""
+
+    def __init__(self, num_slots: int, out_features: int, r: int, device=None, dtype=None):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(num_slots, out_features, r, device=device, dtype=dtype))
+
+    def forward(self, shared: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+        rows = shared.shape[0]
+        per_row = self.weight.index_select(0, slots)  # (N, out, r)
+        out = torch.bmm(shared.reshape(rows, -1, shared.shape[-1]), per_row.transpose(1, 2))
+        return out.reshape(*shared.shape[:-1], self.weight.shape[1])
+
+    def extra_repr(self) -> str:
+        k, out, r = self.weight.shape
+        return f"slots={k}, out={out}, r={r}"
+
+
 class MultiLoraLinear(nn.Module):
     def __init__(self, base: nn.Linear, num_adapters: int, r: int, alpha: float, dropout: float, init_a: str,
-                 generator: Optional[torch.Generator] = None):
+                 generator: Optional[torch.Generator] = None, route_by: Literal["task", "objective"] = "task"):
         super().__init__()
         self.base_layer = base
         base.requires_grad_(False)
         device, dtype = base.weight.device, base.weight.dtype
         # A is a frozen *parameter* (not a buffer) so that it is saved in every checkpoint with the model.
         self.lora_A = nn.Parameter(torch.empty(r, base.in_features, device=device, dtype=dtype), requires_grad=False)
-        self.lora_B = nn.Parameter(torch.zeros(num_adapters, base.out_features, r, device=device, dtype=dtype))
+        self.lora_B = RoutedLoraB(num_adapters, base.out_features, r, device=device, dtype=dtype)
         self.scaling = alpha / r
+        self.route_by = route_by
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         if device.type != "meta":
             self._init_a(init_a, generator)
@@ -41,12 +65,9 @@ class MultiLoraLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.base_layer(x)
-        rows = row_labels("task", "MultiLoraLinear", x.shape[0])  # each row's task: whose B applies
+        slots = row_labels(self.route_by, "MultiLoraLinear", x.shape[0])  # each row's adapter: whose B applies
         shared = nn.functional.linear(self.dropout(x), self.lora_A)  # A·x once for every task: (N, ..., r)
-        per_row_b = self.lora_B.index_select(0, rows)  # (N, out, r)
-        delta = torch.bmm(shared.reshape(x.shape[0], -1, shared.shape[-1]), per_row_b.transpose(1, 2))
-        return out + self.scaling * delta.reshape(out.shape)
+        return out + self.scaling * self.lora_B(shared, slots)
 
     def extra_repr(self) -> str:
-        k, out, r = self.lora_B.shape
-        return f"in={self.lora_A.shape[1]}, out={out}, r={r}, adapters={k}, scaling={self.scaling:g}"
+        return f"in={self.lora_A.shape[1]}, r={self.lora_A.shape[0]}, scaling={self.scaling:g}, route_by={self.route_by}"

@@ -10,7 +10,8 @@ from mtft.adapters.multi_lora.config import MultiLoraConfig
 from mtft.adapters.multi_lora.layer import MultiLoraLinear
 
 
-def inject_multi_lora(encoder: nn.Module, config: MultiLoraConfig, num_adapters: int, seed: int) -> list[str]:
+def inject_multi_lora(encoder: nn.Module, config: MultiLoraConfig, num_adapters: int, seed: int,
+                      route_by: str = "task") -> list[str]:
     """Freeze ``encoder`` and replace every targeted ``nn.Linear`` by a :class:`MultiLoraLinear` in place.
 
     Returns the names of the adapted layers; an empty match is an error (a typo in target_modules would
@@ -26,7 +27,7 @@ def inject_multi_lora(encoder: nn.Module, config: MultiLoraConfig, num_adapters:
         parent_name, _, child = name.rpartition(".")
         parent = encoder.get_submodule(parent_name) if parent_name else encoder
         layer = MultiLoraLinear(getattr(parent, child), num_adapters, config.r, config.alpha, config.dropout,
-                                config.init_a, generator)
+                                config.init_a, generator, route_by)
         setattr(parent, child, layer)
     return names
 

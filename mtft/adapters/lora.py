@@ -1,0 +1,53 @@
+"""Plain LoRA through PEFT, one adapter (A_i, B_i) per task -- the baseline Multi-LoRA is compared with.
+
+PEFT keeps every task's adapter in its LoRA layers; a mixed batch is routed by handing each layer PEFT's own
+``adapter_names`` argument (one adapter name per row), which makes the layer run each adapter on the sub-batch
+of its rows. PEFT does that at inference through a forward pre-hook and refuses it in training at the model
+level only; the layer-level computation is differentiable, so the same pre-hook, fed from the rows'
+:func:`~mtft.models.rows.labelled_rows` declaration, trains all tasks of a mixed batch.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Sequence
+
+import peft
+import torch
+from peft.tuners.lora import LoraLayer
+from torch import nn
+
+from mtft.models.rows import row_labels
+
+
+def inject_lora(encoder: nn.Module, config: peft.LoraConfig, task_names: Sequence[str]) -> list[str]:
+    """Freeze ``encoder``, add one PEFT LoRA adapter per task (named after it), and route rows to their task's
+    adapter. Returns the adapted layer names; an empty match is an error."""
+    encoder.requires_grad_(False)
+    with warnings.catch_warnings():  # PEFT warns that a second adapter is added "knowingly": it is
+        warnings.filterwarnings("ignore", message="Already found a `peft_config`")
+        for name in task_names:
+            encoder = peft.inject_adapter_in_model(config, encoder, adapter_name=name)
+    layers = [(name, m) for name, m in encoder.named_modules() if isinstance(m, LoraLayer)]
+    if not layers:
+        raise ValueError(f"adapter.target_modules={config.target_modules!r} matches no layer of the encoder")
+    names = list(task_names)
+    for _, layer in layers:
+        for adapter in names:
+            layer.lora_A[adapter].requires_grad_(True)
+            layer.lora_B[adapter].requires_grad_(True)
+        layer.register_forward_pre_hook(_router(names), with_kwargs=True)
+    return [name for name, _ in layers]
+
+
+def _router(task_names: list[str]):
+    def route(module: nn.Module, args: tuple, kwargs: dict):
+        x = args[0] if args else kwargs["x"]
+        tasks = row_labels("task", "LoRA layer", x.shape[0]).tolist()
+        return args, {**kwargs, "adapter_names": [task_names[t] for t in tasks]}
+
+    return route
+
+
+def lora_layers(model: nn.Module) -> list[LoraLayer]:
+    return [m for m in model.modules() if isinstance(m, LoraLayer)]

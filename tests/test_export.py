@@ -1,0 +1,86 @@
+"""``run.py export``: every task's adapter loads with ``peft.PeftModel.from_pretrained`` and reproduces mtft."""
+
+from __future__ import annotations
+
+import json
+
+import peft
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+from transformers import AutoModel, AutoTokenizer
+
+from mtft.models.heads import build_head
+from mtft.models.from_run import load_run
+from tests.conftest import demo_overrides, run_cli
+from tests.test_distributed import second_task
+
+pytestmark = pytest.mark.slow
+
+TEXTS = [("Der Hund schläft nicht.", "Ein Tier ruht."), ("the cat is awake", "a cat sleeps"), ("x", "y z")]
+
+
+@pytest.fixture(scope="module")
+def trained_runs(tmp_path_factory):
+    """A short two-task run per method (B's trained away from zero)."""
+    root = tmp_path_factory.mktemp("export")
+    second_task(root / "tasks")
+    runs = {}
+    for method in ("multi_lora", "lora"):
+        out = root / method
+        result = run_cli("--config", "configs/demo.yaml", *demo_overrides(out, 12, **{
+            "weighting.method": "mean", "model.adapter.method": method, "training.optimizer.lr": 1e-2,
+            "data.tasks": "[{name: xnli, languages: [en, de], protocol: in_language, max_train_examples: 64, "
+                          "max_eval_examples: 16}, {name: nli_copy, max_train_examples: 64, max_eval_examples: 16}]",
+            "data.task_dirs": f"[{root / 'tasks'}]", "evaluation.every_steps": "null",
+            "checkpointing.every_steps": "null"}))
+        assert result.returncode == 0, result.stderr[-3000:]
+        runs[method] = out
+    return root, runs
+
+
+@pytest.mark.parametrize("method", ["multi_lora", "lora"])
+def test_exported_adapter_gives_mtfts_logits_through_peft(trained_runs, method):
+    root, runs = trained_runs
+    out = root / f"exported-{method}"
+    result = run_cli("export", "--run", str(runs[method]), "--out", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines()[-2:] == [str(out / "xnli"), str(out / "nli_copy")]
+    run = load_run(runs[method])
+    tokenizer = AutoTokenizer.from_pretrained(str(out / "base"))
+    enc = tokenizer([p for p, _ in TEXTS], [h for _, h in TEXTS], padding=True, return_tensors="pt")
+    for task in ("xnli", "nli_copy"):
+        config = json.loads((out / task / "adapter_config.json").read_text())
+        rank = yaml.safe_load((runs[method] / "config.yaml").read_text())["model"]["adapter"]["r"]
+        assert config["peft_type"] == "LORA" and config["r"] == rank and config["base_model_name_or_path"] == "../base"
+        base = AutoModel.from_pretrained(str(out / "base"))
+        model = peft.PeftModel.from_pretrained(base, str(out / task)).eval()
+        meta = json.loads((out / task / "head.json").read_text())
+        head = build_head(meta["kind"], meta["hidden_size"], meta["label_names"], 0.0)
+        head.load_state_dict(load_file(str(out / task / "head.safetensors")))
+        with torch.no_grad():
+            theirs = head.eval().logits(model(**enc).last_hidden_state)
+        ours = run.model.predict_logits(task, enc["input_ids"], enc["attention_mask"])
+        torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=0)
+        assert meta["label_names"] == ["entailment", "neutral", "contradiction"]
+    with torch.no_grad():  # the adapters differ per task, and from the bare base encoder
+        base = AutoModel.from_pretrained(str(out / "base"))
+        plain = base(**enc).last_hidden_state
+        adapted = [peft.PeftModel.from_pretrained(AutoModel.from_pretrained(str(out / "base")), str(out / t))(**enc)
+                   .last_hidden_state for t in ("xnli", "nli_copy")]
+    assert (adapted[0] - plain).abs().max() > 1e-4 and (adapted[0] - adapted[1]).abs().max() > 1e-4
+
+
+def test_export_refuses_bad_input_and_writes_nothing(trained_runs, tmp_path):
+    root, runs = trained_runs
+    occupied = tmp_path / "occupied"
+    occupied.mkdir()
+    (occupied / "keep.txt").write_text("x")
+    result = run_cli("export", "--run", str(runs["multi_lora"]), "--out", str(occupied))
+    assert result.returncode == 2 and "not empty" in result.stderr and sorted(p.name for p in occupied.iterdir()) == ["keep.txt"]
+    result = run_cli("export", "--run", str(tmp_path), "--out", str(tmp_path / "x"))
+    assert result.returncode == 2 and "not an mtft run directory" in result.stderr
+    assert not (tmp_path / "x").exists()
+    result = run_cli("export", "--out", str(tmp_path / "x"))
+    assert result.returncode == 2 and "--run" in result.stderr
