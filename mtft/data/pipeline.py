@@ -117,7 +117,7 @@ def _load_task(task: Task, selection: TaskSelection, config: RunConfig) -> TaskD
     split = config.evaluation.split
     td = TaskData(task, protocol, languages, max_length=selection.max_length or config.data.max_length,
                   eval_split=split)
-    for lang in task.training_languages(languages, protocol) if task.evaluate_with is None else ():
+    for lang in task.training_languages(languages, protocol):
         td.raw_train[lang] = _load(td, "train", lang, selection.max_train_examples, config)
         check_not_hidden(task, td.raw_train[lang][task.label_column], td.origin["train", lang], "trained on")
     for lang in languages:

@@ -124,6 +124,8 @@ class Task:
         return DatasetRef(**fields)
 
     def training_languages(self, languages: Sequence[str], protocol: str) -> list[str]:
+        if self.evaluate_with is not None:
+            return []  # evaluation-only: predicted by the head of the task it names
         return [self.source_language] if protocol == "zero_shot" else list(languages)
 
     def language_rows(self, dataset: datasets.Dataset, language: str, where: str) -> Optional[list[int]]:
