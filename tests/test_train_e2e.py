@@ -115,15 +115,19 @@ def test_resume_with_a_different_config_is_refused(uninterrupted):
     "override, message",
     [
         ("data.tasks.0.languages=[en,xx]", "task 'xnli' has no language(s) xx"),
-        ("data.tasks.0.name=nli", "unknown task 'nli'; available tasks: xnli"),
+        ("data.tasks.0.name=nli", "unknown task 'nli'; available tasks: "),
         ("data.sources.facebook/xnli=/nonexistent/{name}/{split}.jsonl", "dataset file not found: /nonexistent/en/train.jsonl"),
         ("training.deepspeed_config=configs/deepspeed/none.json", "training.deepspeed_config: file not found"),
         ("evaluation.metric_for_best=xnli/f1", "evaluation.metric_for_best='xnli/f1' is not a metric of this run"),
+        ("model.adapter.method=lora", "weighting.method=lfmlf needs per-objective gradients"),
+        ("model.adapter.granularity=objective data.tasks.0.protocol=zero_shot",
+         "the evaluated xnli/de, xnli/ar, xnli/zh are not trained (zero-shot)"),
+        ("model.adapter.method=head weighting.shared=encoder", "no trainable parameter is shared by two objectives"),
     ],
 )
 def test_bad_input_fails_in_one_line_and_writes_nothing(tmp_path, override, message):
     out = tmp_path / "never"
-    result = run_cli("--config", "configs/demo.yaml", *demo_overrides(out, 5), override)
+    result = run_cli("--config", "configs/demo.yaml", *demo_overrides(out, 5), *override.split())
     assert result.returncode == 2, result.stderr[-2000:]
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and message in last, last

@@ -144,7 +144,7 @@ class Run:
 
     def _shared_parameters(self, model):
         shared, shared_rows = shared_parameters(model, self.data, self.config.weighting.shared)
-        if not shared:
+        if not shared and len(self.data.objective_names) > 1:  # one objective: w = 1, nothing to balance
             raise ConfigError(
                 f"weighting.method={self.config.weighting.method}: no trainable parameter is shared by two "
                 f"objectives (weighting.shared={self.config.weighting.shared}, model.adapter.method="
