@@ -283,3 +283,18 @@ def test_shipped_configs_name_valid_tasks_languages_and_settings(path, monkeypat
         task = available[selection.name].configured(selection.settings, str(path))
         assert set(selection.languages or task.languages) <= set(task.languages)
     assert dataset_refs(config)
+
+
+def test_duplicate_example_ids_stop_a_run_before_training(tmp_path):
+    from mtft.config import validate_config
+    from mtft.data.pipeline import prepare_data
+
+    def duplicate(rows):
+        rows[5]["id"] = rows[2]["id"]
+
+    folder = write_tydiqa_copy(tmp_path, duplicate)
+    config = validate_config({"data": {"tasks": [{"name": "tydiqa", "languages": ["en"]}],
+                                       "sources": {"google-research-datasets/tydiqa": str(folder)}},
+                              "model": {"tiny": {"vocab_size": 300}}}, source="test")
+    with pytest.raises(DataError, match=r"split validation from .*, language en: row 5: duplicate example id 'english-"):
+        prepare_data(config, lambda texts: _any_tokenizer())

@@ -126,6 +126,8 @@ def _load_task(task: Task, selection: TaskSelection, config: RunConfig) -> TaskD
     if len(label_sets) > 1:
         raise DataError(f"task {task.name!r}: splits disagree on label names: {sorted(label_sets)}")
     td.label_names = list(label_sets.pop())
+    for lang, dataset in td.raw_eval.items():  # duplicate example ids or bad references stop the run now,
+        task.references(dataset, td.label_names, td.origin[split, lang])  # not at its first evaluation
     return td
 
 
