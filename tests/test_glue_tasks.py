@@ -299,3 +299,15 @@ def test_score_glue_cola_and_mrpc_against_the_fixture(tmp_path, capsys):
             assert scored["accuracy"] == pytest.approx(0.8)
         else:
             assert scored["mcc"] == pytest.approx(matthews_corrcoef(gold, predicted))
+
+
+def test_a_withheld_split_with_duplicate_ids_stops_the_run_at_load(tmp_path):
+    rows = [{"premise": "A b.", "hypothesis": "A.", "label": -1, "idx": i} for i in (0, 1, 1)]
+    copy = tmp_path / "ax.jsonl"
+    copy.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    (folder / "ax.yaml").write_text((REPO / "tasks/glue/ax.yaml").read_text().replace("nyu-mll/glue", "local/ax"))
+    with pytest.raises(DataError, match=r"ax.jsonl.*row 2: duplicate example id '1'"):
+        prepare([{"name": "glue_mnli", "max_train_examples": 8, "max_eval_examples": 8}, {"name": "glue_ax"}],
+                sources={**SOURCES, "local/ax": str(copy)}, task_dirs=[str(folder)])

@@ -17,8 +17,8 @@ import datasets
 from mtft.config.schema import RunConfig, TaskSelection
 from mtft.data.sources import describe_source, load_split
 from mtft.errors import ConfigError, DataError
-from mtft.tasks.base import Task
-from mtft.tasks.hidden import check_not_hidden
+from mtft.tasks.base import Task, unique_by_id
+from mtft.tasks.hidden import HiddenLabelsError, check_not_hidden
 from mtft.tasks.registry import discover_tasks, get_task
 
 logger = logging.getLogger("mtft")
@@ -127,7 +127,10 @@ def _load_task(task: Task, selection: TaskSelection, config: RunConfig) -> TaskD
         raise DataError(f"task {task.name!r}: splits disagree on label names: {sorted(label_sets)}")
     td.label_names = list(label_sets.pop())
     for lang, dataset in td.raw_eval.items():  # duplicate example ids or bad references stop the run now,
-        task.references(dataset, td.label_names, td.origin[split, lang])  # not at its first evaluation
+        try:  # not at its first evaluation
+            task.references(dataset, td.label_names, td.origin[split, lang])
+        except HiddenLabelsError:  # a benchmark test set: predicted, not scored; its ids must still be unique
+            unique_by_id(task.split_ids(dataset), [None] * len(dataset), td.origin[split, lang])
     return td
 
 
