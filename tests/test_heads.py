@@ -15,7 +15,7 @@ from tests.test_model import tiny_model
 
 
 def builder_for(kinds: list[str], pad_id: int = 1) -> BatchBuilder:
-    tasks = {f"t{k}": SimpleNamespace(task=SimpleNamespace(head=kind)) for k, kind in enumerate(kinds)}
+    tasks = {f"t{k}": SimpleNamespace(task=SimpleNamespace(head=kind, evaluate_with=None)) for k, kind in enumerate(kinds)}
     data = SimpleNamespace(tokenizer=SimpleNamespace(pad_token_id=pad_id), tasks=tasks)
     return BatchBuilder(data)
 

@@ -263,7 +263,8 @@ def test_task_file_metric_must_fit_its_kind(tmp_path):
         discover_tasks([folder])
     (folder / "ner.yaml").write_text(json.dumps({"task": "ner", "head": "parsing", "languages": ["en"],
                                                  "data": {"train": {"path": "x", "split": "train"}}}))
-    with pytest.raises(ConfigError, match=r"unknown head 'parsing'; valid heads: question_answering, "
+    with pytest.raises(ConfigError, match=r"unknown head 'parsing'; valid heads: candidate_scoring, "
+                                          r"multiple_choice, question_answering, regression, "
                                           r"sequence_classification, token_classification"):
         discover_tasks([folder])
 

@@ -22,8 +22,10 @@ class BatchBuilder:
     def __init__(self, data: PreparedData):
         self.data = data
         self.pad_id = data.tokenizer.pad_token_id
-        self.head_of_task = {name: k for k, name in enumerate(data.tasks)}
-        self.kinds = [td.task.head for td in data.tasks.values()]
+        # an evaluation-only task (evaluate_with: another task) is predicted by that task's head
+        heads = [name for name, td in data.tasks.items() if td.task.evaluate_with is None]
+        self.head_of_task = {name: heads.index(td.task.evaluate_with or name) for name, td in data.tasks.items()}
+        self.kinds = [data.tasks[name].task.head for name in heads]
 
     def train_batch(self, pairs: list[tuple[int, int]]) -> dict[str, torch.Tensor]:
         """Rows in the order of ``pairs``; each carries its head and loss-objective index."""

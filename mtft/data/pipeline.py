@@ -17,7 +17,8 @@ import datasets
 from mtft.config.schema import RunConfig, TaskSelection
 from mtft.data.sources import describe_source, load_split
 from mtft.errors import ConfigError, DataError
-from mtft.tasks.base import Task
+from mtft.tasks.base import Task, unique_by_id
+from mtft.tasks.hidden import HiddenLabelsError, check_not_hidden
 from mtft.tasks.registry import discover_tasks, get_task
 
 logger = logging.getLogger("mtft")
@@ -69,6 +70,14 @@ class PreparedData:
     def eval_objectives(self) -> list[Objective]:
         return [Objective(name, lang) for name, td in self.tasks.items() for lang in td.languages]
 
+    def head_of(self, task: str) -> str:
+        """The task whose head predicts ``task``: itself, or the one named by its ``evaluate_with``."""
+        return self.tasks[task].task.evaluate_with or task
+
+    def head_tasks(self) -> list[str]:
+        """The tasks that own a head, in run order (evaluation-only tasks borrow one of theirs)."""
+        return [name for name, td in self.tasks.items() if td.task.evaluate_with is None]
+
 
 def prepare_data(config: RunConfig, make_tokenizer: Callable[[list[str]], Any]) -> PreparedData:
     """Load, check and tokenise every task; ``make_tokenizer(texts)`` returns the tokenizer to use."""
@@ -79,6 +88,7 @@ def prepare_data(config: RunConfig, make_tokenizer: Callable[[list[str]], Any]) 
             raise ConfigError(f"task {selection.name!r} is listed twice in data.tasks")
         task = get_task(selection.name, available).configured(selection.settings, f"data.tasks ({selection.name})")
         tasks[selection.name] = _load_task(task, selection, config)
+    _check_borrowed_heads(tasks)
     tokenizer = make_tokenizer(_all_texts(tasks))
     for td in tasks.values():
         split = config.evaluation.split
@@ -109,6 +119,7 @@ def _load_task(task: Task, selection: TaskSelection, config: RunConfig) -> TaskD
                   eval_split=split)
     for lang in task.training_languages(languages, protocol):
         td.raw_train[lang] = _load(td, "train", lang, selection.max_train_examples, config)
+        check_not_hidden(task, td.raw_train[lang][task.label_column], td.origin["train", lang], "trained on")
     for lang in languages:
         td.raw_eval[lang] = _load(td, split, lang, selection.max_eval_examples, config)
     label_sets = {tuple(task.resolve_label_names(ds)) for ds in [*td.raw_train.values(), *td.raw_eval.values()]}
@@ -116,8 +127,26 @@ def _load_task(task: Task, selection: TaskSelection, config: RunConfig) -> TaskD
         raise DataError(f"task {task.name!r}: splits disagree on label names: {sorted(label_sets)}")
     td.label_names = list(label_sets.pop())
     for lang, dataset in td.raw_eval.items():  # duplicate example ids or bad references stop the run now,
-        task.references(dataset, td.label_names, td.origin[split, lang])  # not at its first evaluation
+        try:  # not at its first evaluation
+            task.references(dataset, td.label_names, td.origin[split, lang])
+        except HiddenLabelsError:  # a benchmark test set: predicted, not scored; its ids must still be unique
+            unique_by_id(task.split_ids(dataset), [None] * len(dataset), td.origin[split, lang])
     return td
+
+
+def _check_borrowed_heads(tasks: dict[str, TaskData]) -> None:
+    """An evaluation-only task needs its head's task in the run, with the same head kind and label names."""
+    for name, td in tasks.items():
+        owner = td.task.evaluate_with
+        if owner is None:
+            continue
+        if owner not in tasks or tasks[owner].task.evaluate_with is not None:
+            raise ConfigError(f"task {name!r} is evaluated with the head of task {owner!r}; add {owner!r} to "
+                              "data.tasks" + ("" if owner not in tasks else " as a task that trains its own head"))
+        theirs = tasks[owner]
+        if (theirs.task.head, theirs.label_names) != (td.task.head, td.label_names):
+            raise DataError(f"task {name!r} cannot use the head of {owner!r}: {td.task.head} head with labels "
+                            f"{td.label_names} vs {theirs.task.head} head with labels {theirs.label_names}")
 
 
 def _load(td: TaskData, split: str, lang: str, limit: Optional[int], config: RunConfig):

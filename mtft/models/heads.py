@@ -121,6 +121,9 @@ HEAD_CLASSES: dict[str, str] = {
     "sequence_classification": "mtft.models.heads:SequenceClassificationHead",
     "token_classification": "mtft.models.token_head:TokenClassificationHead",
     "question_answering": "mtft.models.qa_head:QuestionAnsweringHead",
+    "regression": "mtft.models.regression_head:RegressionHead",
+    "multiple_choice": "mtft.models.choice_head:MultipleChoiceHead",
+    "candidate_scoring": "mtft.models.choice_head:CandidateScoringHead",
 }
 
 

@@ -41,8 +41,8 @@ def write_report(
             lines += [f"Metric: {variants[task]}.", ""]
         lines += [header, "|---|" + "---:|" * len(metrics)]
         for lang in languages[task]:
-            lines.append(f"| {lang} | " + " | ".join(f"{final[f'{task}/{lang}/{m}']:.4f}" for m in metrics) + " |")
-        lines.append("| **macro average** | " + " | ".join(f"**{final[f'{task}/{m}']:.4f}**" for m in metrics) + " |")
+            lines.append(f"| {lang} | " + " | ".join(_fmt(final.get(f"{task}/{lang}/{m}")) for m in metrics) + " |")
+        lines.append("| **macro average** | " + " | ".join(f"**{_fmt(final.get(f'{task}/{m}'))}**" for m in metrics) + " |")
         lines.append("")
     if best:
         lines += ["## Best checkpoint", "", f"`{best['metric']}` = {best['value']:.4f} at step {best['step']} "

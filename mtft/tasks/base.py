@@ -26,6 +26,7 @@ import datasets
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mtft.errors import ConfigError, DataError
+from mtft.tasks.hidden import HIDDEN_ENCODED, check_not_hidden, is_hidden
 
 
 class NoSettings(BaseModel):
@@ -73,6 +74,10 @@ class Task:
     # (TyDiQA-GoldP: {ar: arabic, ...} selects the rows whose id starts with "arabic-").
     language_id_prefixes: dict[str, str] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)  # validated by the kind's Settings model
+    # the label value that marks a withheld label (GLUE/SuperGLUE test sets on the Hub: -1), see mtft.tasks.hidden
+    hidden_label: Any = None
+    # an evaluation-only task predicted with the head another task of the run trains (GLUE AX: glue_mnli)
+    evaluate_with: Optional[str] = None
     folder: Optional[str] = None
 
     protocols: ClassVar[tuple[str, ...]] = ("zero_shot", "in_language")
@@ -119,6 +124,8 @@ class Task:
         return DatasetRef(**fields)
 
     def training_languages(self, languages: Sequence[str], protocol: str) -> list[str]:
+        if self.evaluate_with is not None:
+            return []  # evaluation-only: predicted by the head of the task it names
         return [self.source_language] if protocol == "zero_shot" else list(languages)
 
     def language_rows(self, dataset: datasets.Dataset, language: str, where: str) -> Optional[list[int]]:
@@ -196,11 +203,13 @@ class Task:
     def label_ids(
         self, values: list, label_names: Sequence[str], where: str, rows: Sequence[int]
     ) -> list[int]:
-        """Map label values (ids or names) to ids, rejecting anything out of range."""
+        """Map label values (ids or names) to ids, rejecting anything out of range (a withheld label: no loss)."""
         index = {name: i for i, name in enumerate(label_names)}
         out = []
         for row, value in zip(rows, values):
-            if isinstance(value, str) and value in index:
+            if is_hidden(self, value):
+                out.append(HIDDEN_ENCODED)
+            elif isinstance(value, str) and value in index:
                 out.append(index[value])
             elif isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(label_names):
                 out.append(value)
@@ -239,6 +248,7 @@ class Task:
 
     def references(self, raw: datasets.Dataset, label_names: Sequence[str], where: str) -> dict[str, Any]:
         """Example id -> reference in the task's natural form (here: the label name), in the split's order."""
+        check_not_hidden(self, raw[self.label_column], where)
         labels = self.label_ids(raw[self.label_column], label_names, where, range(len(raw)))
         return unique_by_id(self.split_ids(raw), [label_names[i] for i in labels], where)
 

@@ -13,6 +13,9 @@ TASK_KINDS: dict[str, str] = {
     "sequence_classification": "mtft.tasks.base:Task",
     "token_classification": "mtft.tasks.token_classification:TokenClassificationTask",
     "question_answering": "mtft.tasks.extractive_qa:ExtractiveQATask",
+    "regression": "mtft.tasks.regression:RegressionTask",
+    "multiple_choice": "mtft.tasks.multiple_choice:MultipleChoiceTask",
+    "candidate_scoring": "mtft.tasks.superglue:RecordTask",
 }
 
 

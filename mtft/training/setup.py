@@ -49,13 +49,14 @@ def build_model(config: RunConfig, data: PreparedData) -> MultiTaskModel:
     apply_method(encoder, adapter, list(data.tasks), len(data.objective_names), config.run.seed)
     heads = {
         name: build_head(td.task.head, encoder.config.hidden_size, td.label_names, config.model.classifier_dropout)
-        for name, td in data.tasks.items()
+        for name, td in data.tasks.items() if name in data.head_tasks()
     }
     return MultiTaskModel(encoder, heads, num_objectives=len(data.objective_names))
 
 
 def heads_metadata(data: PreparedData) -> dict[str, Any]:
-    return {name: {"kind": td.task.head, "label_names": td.label_names} for name, td in data.tasks.items()}
+    return {name: {"kind": td.task.head, "label_names": td.label_names} for name, td in data.tasks.items()
+            if name in data.head_tasks()}
 
 
 def shared_parameters(model: MultiTaskModel, data: PreparedData, mode: str

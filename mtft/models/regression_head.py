@@ -1,0 +1,43 @@
+"""A regression head (GLUE STS-B): one number per row, mean squared error, the prediction is that number."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+from mtft.models.heads import IGNORE_INDEX, Head, HeadOutput, label_matrix
+
+
+class RegressionHead(Head):
+    """RoBERTa-style pooler on the first token (dense -> tanh -> dropout) and a projection to one number.
+
+    Labels: one float per row (IGNORE_INDEX: the row carries no loss). The loss unit is one example, so an
+    objective's loss is the mean squared error over its examples, as ``RobertaForSequenceClassification``
+    computes it with ``num_labels=1``.
+    """
+
+    kind = "regression"
+
+    def __init__(self, hidden_size: int, label_names: Sequence[str], dropout: float):
+        super().__init__(hidden_size, label_names, dropout)
+        self.dense = nn.Linear(hidden_size, hidden_size)
+        self.dropout = nn.Dropout(dropout)
+        self.out_proj = nn.Linear(hidden_size, 1)
+
+    def logits(self, hidden: torch.Tensor, **context: Any) -> torch.Tensor:
+        x = self.dropout(hidden[:, 0])
+        x = self.dropout(torch.tanh(self.dense(x)))
+        return self.out_proj(x).squeeze(-1)
+
+    def forward(self, hidden: torch.Tensor, labels: torch.Tensor, **context: Any) -> HeadOutput:
+        scores = self.logits(hidden)
+        target = label_matrix(labels, hidden.shape[0])[:, 0]
+        labelled = target != IGNORE_INDEX
+        error = (scores - target.to(scores.dtype)) ** 2
+        loss = torch.where(labelled, error, torch.zeros_like(error))
+        return HeadOutput(scores, loss, labelled.to(loss.dtype))
+
+    def decode(self, logits: torch.Tensor, **context: Any) -> list[float]:
+        return [float(x) for x in logits.reshape(-1).tolist()]

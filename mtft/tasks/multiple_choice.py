@@ -1,0 +1,98 @@
+"""Multiple-choice tasks (SuperGLUE COPA): one encoded row per example holding one sequence per choice.
+
+Each choice becomes the pair (context, choice); the ``multiple_choice`` head scores every pair and normalises
+over the example's choices. The label is the index of the right choice, and the label names (COPA's ClassLabel:
+``choice1``, ``choice2``) name the choices in the order of ``choice_columns``; the prediction is that name.
+
+Settings (in the task file or ``data.tasks.N.settings``)::
+
+    choice_columns: [choice1, choice2]                # one column per choice, in label order
+    context_template: "{premise} What was the {question}?"   # str.format over the row's columns
+    choice_template: "{choice}"                        # {choice} is the choice's text
+
+COPA's question is ``cause`` or ``effect``; the template turns it into words, as jiant's COPA does.
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional, Sequence
+
+import datasets
+from pydantic import BaseModel, ConfigDict, Field
+
+from mtft.errors import DataError
+from mtft.tasks.base import Task
+
+
+class ChoiceSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    choice_columns: list[str] = Field(
+        default_factory=list, description="The columns holding the choices, in the order of the label names."
+    )
+    context_template: Optional[str] = Field(
+        None, description="First segment of every pair, a str.format template over the row's columns "
+        "(e.g. '{premise} What was the {question}?'); default: the text columns joined by a space."
+    )
+    choice_template: str = Field("{choice}", description="Second segment; {choice} is the choice's text.")
+
+
+@dataclass
+class MultipleChoiceTask(Task):
+    head: str = "multiple_choice"
+
+    Settings = ChoiceSettings
+
+    def required_columns(self) -> list[str]:
+        return [*super().required_columns(), *self.options.choice_columns]
+
+    def texts(self, dataset: datasets.Dataset) -> Iterator[str]:
+        yield from super().texts(dataset)
+        for column in self.options.choice_columns:
+            yield from (v for v in dataset[column] if isinstance(v, str))
+
+    def resolve_label_names(self, dataset: datasets.Dataset) -> list[str]:
+        names = super().resolve_label_names(dataset)
+        choices = self.options.choice_columns
+        if len(choices) < 2 or len(names) != len(choices):
+            raise DataError(
+                f"task {self.name!r}: settings.choice_columns {choices} must name one column per label "
+                f"({len(names)}: {', '.join(names)}), at least two"
+            )
+        return names
+
+    def check_split(self, dataset: datasets.Dataset, where: str, rows: Sequence[int]) -> datasets.Dataset:
+        """Every template field must be a column of the split (checked once, before encoding)."""
+        options = self.options
+        for name, template in (("context_template", options.context_template),
+                               ("choice_template", options.choice_template)):
+            fields = {f for _, f, _, _ in string.Formatter().parse(template or "") if f}
+            unknown = fields - set(dataset.column_names) - ({"choice"} if name == "choice_template" else set())
+            if unknown:
+                raise DataError(f"{where}: task {self.name!r}: settings.{name} {template!r} names unknown "
+                                f"column(s) {', '.join(sorted(unknown))}; columns: {', '.join(dataset.column_names)}")
+        return dataset
+
+    def encode_rows(
+        self, batch: dict[str, list], rows: list[int], tokenizer: Any, max_length: int,
+        label_names: Sequence[str], where: str,
+    ) -> dict[str, list]:
+        options = self.options
+        count = len(rows)
+        records = [{column: values[i] for column, values in batch.items()} for i in range(count)]
+        contexts = [options.context_template.format(**r) if options.context_template
+                    else " ".join(str(r[c]) for c in self.text_columns) for r in records]
+        firsts, seconds = [], []
+        for context, record in zip(contexts, records):
+            for column in options.choice_columns:
+                firsts.append(context)
+                seconds.append(options.choice_template.format(**{**record, "choice": record[column]}))
+        ids = tokenizer(firsts, seconds, truncation=True, max_length=max_length)["input_ids"]
+        width = len(options.choice_columns)
+        return {
+            "input_ids": [ids[i * width : (i + 1) * width] for i in range(count)],
+            "labels": self.label_ids(batch[self.label_column], label_names, where, rows),
+            "id": self.example_ids(batch, rows),
+        }
