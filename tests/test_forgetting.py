@@ -208,7 +208,7 @@ def lora_encoder(tmp_path):
     inject_multi_lora(encoder, MultiLoraConfig(r=2, alpha=4.0, target_modules=["query", "value"]), 3, seed=0)
     layers = multi_lora_layers(encoder)
     for layer in layers:
-        nn.init.normal_(layer.lora_B, std=0.3)
+        nn.init.normal_(layer.lora_B.weight, std=0.3)
     return encoder, layers
 
 
@@ -217,19 +217,19 @@ def test_lora_distance_without_a_copy_of_the_base_model(tmp_path):
     tracker = LoraDisplacement(encoder, ["a", "b", "c"])
     _, distance = tracker.measure()
     for task in range(3):
-        explicit = sum(float(((layer.scaling * layer.lora_B[task] @ layer.lora_A) ** 2).sum()) for layer in layers)
+        explicit = sum(float(((layer.scaling * layer.lora_B.weight[task] @ layer.lora_A) ** 2).sum()) for layer in layers)
         assert distance[task] == pytest.approx(explicit, rel=1e-10)
-    old = [layer.lora_B.detach().clone() for layer in layers]
+    old = [layer.lora_B.weight.detach().clone() for layer in layers]
     with torch.no_grad():
         for layer in layers:
-            layer.lora_B[1] += 0.1
+            layer.lora_B.weight[1] += 0.1
     update, _ = tracker.measure()
     assert update[0] == 0 and update[2] == 0
-    assert update[1] == pytest.approx(sum(float(((layer.scaling * (layer.lora_B[1] - o[1]) @ layer.lora_A) ** 2).sum())
+    assert update[1] == pytest.approx(sum(float(((layer.scaling * (layer.lora_B.weight[1] - o[1]) @ layer.lora_A) ** 2).sum())
                                           for layer, o in zip(layers, old)), rel=1e-10)
     names, _ = tracker.hessian_subset()
     deltas = tracker.delta(2, names)
-    assert torch.allclose(deltas[0], layers[0].scaling * layers[0].lora_B[2] @ layers[0].lora_A)
+    assert torch.allclose(deltas[0], layers[0].scaling * layers[0].lora_B.weight[2] @ layers[0].lora_A)
 
 
 @pytest.mark.parametrize("kind", ["full", "lora"])
@@ -237,10 +237,10 @@ def test_regularization_adds_the_gradient_of_lambda_times_squared_distance(tmp_p
     if kind == "lora":
         encoder, layers = lora_encoder(tmp_path)
         tracker = LoraDisplacement(encoder, ["a", "b", "c"])
-        params = [layer.lora_B for layer in layers]
+        params = [layer.lora_B.weight for layer in layers]
 
         def distance():
-            return sum(((l.scaling * torch.einsum("kor,ri->koi", l.lora_B, l.lora_A)) ** 2).sum() for l in layers)
+            return sum(((l.scaling * torch.einsum("kor,ri->koi", l.lora_B.weight, l.lora_A)) ** 2).sum() for l in layers)
     else:
         mlm, _ = tiny_mlm(tmp_path)
         tracker = FullDisplacement(mlm.encoder)

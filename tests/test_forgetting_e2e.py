@@ -77,7 +77,7 @@ def test_multi_lora_run_reports_forgetting_per_task_adapter(tmp_path):
     assert {"F_p/xnli", "F_p/xnli/en", "bound_displacement/xnli", "prediction/xnli"} <= set(last)
     # the distance from B and A alone equals the explicit ||s·B·A||² over the adapted layers
     scaling = 16.0 / 8
-    explicit = sum(float(((scaling * state[k.replace("base_layer.weight", "lora_B")][0]
+    explicit = sum(float(((scaling * state[k.replace("base_layer.weight", "lora_B.weight")][0]
                            @ state[k.replace("base_layer.weight", "lora_A")]) ** 2).sum()) for k in adapted)
     assert last["distance/xnli"] ** 2 == pytest.approx(explicit, rel=1e-5)
     report = (out / "report.md").read_text()

@@ -94,7 +94,7 @@ class LoraDisplacement:
         self.layers = [(prefix + n, m) for n, m in encoder.named_modules() if isinstance(m, MultiLoraLinear)]
         self.groups = list(task_names)
         with torch.no_grad():
-            self.prev = [m.lora_B.detach().clone() for _, m in self.layers]
+            self.prev = [m.lora_B.weight.detach().clone() for _, m in self.layers]
             self.gram_a = [(m.lora_A.double() @ m.lora_A.double().T) for _, m in self.layers]  # A·Aᵀ, r × r
 
     def adapter(self, group: int) -> int:
@@ -108,20 +108,20 @@ class LoraDisplacement:
 
     @torch.no_grad()
     def measure(self) -> tuple[list[float], list[float]]:
-        update = sum(self._sq(m.lora_B - prev, i) for i, ((_, m), prev) in enumerate(zip(self.layers, self.prev)))
-        distance = sum(self._sq(m.lora_B, i) for i, (_, m) in enumerate(self.layers))
+        update = sum(self._sq(m.lora_B.weight - prev, i) for i, ((_, m), prev) in enumerate(zip(self.layers, self.prev)))
+        distance = sum(self._sq(m.lora_B.weight, i) for i, (_, m) in enumerate(self.layers))
         return update.tolist(), distance.tolist()
 
     @torch.no_grad()
     def advance(self) -> None:
         for (_, m), prev in zip(self.layers, self.prev):
-            prev.copy_(m.lora_B)
+            prev.copy_(m.lora_B.weight)
 
     @torch.no_grad()
     def scale_update(self, alphas: Sequence[float]) -> None:
         weight = torch.tensor(alphas, dtype=self.prev[0].dtype, device=self.prev[0].device).view(-1, 1, 1)
         for (_, m), prev in zip(self.layers, self.prev):
-            m.lora_B.copy_(prev + weight * (m.lora_B - prev))
+            m.lora_B.weight.copy_(prev + weight * (m.lora_B.weight - prev))
 
     def pretrained_point(self) -> dict[str, torch.Tensor]:
         return {f"{name}.base_layer.weight": m.base_layer.weight for name, m in self.layers}
@@ -129,39 +129,39 @@ class LoraDisplacement:
     @torch.no_grad()
     def delta(self, group: int, names: list[str]) -> list[torch.Tensor]:
         """s·B_i·A per adapted layer: the effective weight change of task ``group`` (materialised only here)."""
-        deltas = {f"{name}.base_layer.weight": m.scaling * (m.lora_B[group] @ m.lora_A) for name, m in self.layers}
+        deltas = {f"{name}.base_layer.weight": m.scaling * (m.lora_B.weight[group] @ m.lora_A) for name, m in self.layers}
         return [deltas[n].to(self.layers[0][1].base_layer.weight.dtype) for n in names]
 
     def hessian_subset(self) -> tuple[list[str], dict[str, torch.Tensor]]:
         """The base weights of the adapted layers (what the adapters move), at B = 0 (θ_p)."""
         names = [f"{name}.base_layer.weight" for name, _ in self.layers]
-        zeros = {f"{name}.lora_B": torch.zeros_like(m.lora_B) for name, m in self.layers}
+        zeros = {f"{name}.lora_B.weight": torch.zeros_like(m.lora_B.weight) for name, m in self.layers}
         return names, zeros
 
     def regularize(self, strength: float, accumulation: int) -> list:
         handles = []
         for i, (_, m) in enumerate(self.layers):
             factor = 2.0 * strength * m.scaling ** 2 / accumulation
-            gram = self.gram_a[i].to(m.lora_B.dtype)
+            gram = self.gram_a[i].to(m.lora_B.weight.dtype)
 
-            def hook(grad, b=m.lora_B, gram=gram, factor=factor):
+            def hook(grad, b=m.lora_B.weight, gram=gram, factor=factor):
                 return grad + factor * (b.detach() @ gram).to(grad.dtype)
 
-            handles.append(m.lora_B.register_hook(hook))
+            handles.append(m.lora_B.weight.register_hook(hook))
         return handles
 
     @contextlib.contextmanager
     def at_pretrained(self) -> Iterator[None]:
         with torch.no_grad():
-            current = [m.lora_B.detach().clone() for _, m in self.layers]
+            current = [m.lora_B.weight.detach().clone() for _, m in self.layers]
             for _, m in self.layers:
-                m.lora_B.zero_()
+                m.lora_B.weight.zero_()
         try:
             yield
         finally:
             with torch.no_grad():
                 for (_, m), saved in zip(self.layers, current):
-                    m.lora_B.copy_(saved)
+                    m.lora_B.weight.copy_(saved)
 
 
 def _sum_sq(tensors: list[torch.Tensor]) -> float:

@@ -36,7 +36,8 @@ class MaskedLM(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         task = torch.full((input_ids.shape[0],), self.adapter, dtype=torch.long, device=input_ids.device)
-        with labelled_rows(task=task):  # Multi-LoRA layers route by the declared task
+        # adapters route by the declared task, or by objective with model.adapter.granularity: objective
+        with labelled_rows(task=task, objective=task):
             hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         targets = labels != -100
         logits = self.head(hidden[targets])

@@ -113,7 +113,8 @@ class ForgettingMonitor:
                                         encoder.config if model.backbone == "tiny" else None)
         self.mlm = attach_head(encoder, self.mlm_model)
         if config.model.adapter.method == "multi_lora":
-            self.tracker = LoraDisplacement(encoder, list(data.tasks))
+            slots = data.tasks if config.model.adapter.granularity == "task" else data.objective_names
+            self.tracker = LoraDisplacement(encoder, list(slots))
         else:
             self.tracker = FullDisplacement(encoder)
         self.groups = self.tracker.groups
