@@ -34,7 +34,8 @@ def trained_runs(tmp_path_factory):
             "data.tasks": "[{name: xnli, languages: [en, de], protocol: in_language, max_train_examples: 64, "
                           "max_eval_examples: 16}, {name: nli_copy, max_train_examples: 64, max_eval_examples: 16}]",
             "data.task_dirs": f"[{root / 'tasks'}]", "evaluation.every_steps": "null",
-            "checkpointing.every_steps": "null"}))
+            "checkpointing.every_steps": "null",
+            "pretrain.before_finetune": "false", "forgetting.enabled": "false"}))
         assert result.returncode == 0, result.stderr[-3000:]
         runs[method] = out
     return root, runs

@@ -67,6 +67,7 @@ def test_multi_lora_run_reports_forgetting_per_task_adapter(tmp_path):
     out = tmp_path / "lora"
     result = run_cli("--config", "configs/demo.yaml", *monitored(out, 40, **{
         "weighting.method": "mean", "model.adapter.method": "multi_lora", "training.optimizer.lr": 3e-3,
+        "model.adapter.target_modules": "[query,value]", "model.adapter.r": 8,
         "forgetting.probe.gammas": "[0.3]"}))
     assert result.returncode == 0, result.stderr[-3000:]
     [eigen] = events_of(out, "lambda_p")

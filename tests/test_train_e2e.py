@@ -22,7 +22,7 @@ def test_shortened_demo_learns_and_reports(tmp_path):
     # tests/test_multi_lora.py
     result = run_cli("--config", "configs/demo.yaml", *demo_overrides(out, 120, **{
         "evaluation.every_steps": 60, "checkpointing.every_steps": 60, "model.adapter.method": "full",
-        "training.optimizer.lr": 1e-3}))
+        "training.optimizer.lr": 1e-3, "pretrain.before_finetune": "false", "forgetting.enabled": "false"}))
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["step"] == 120

@@ -156,7 +156,9 @@ def _finetune_checkpoint(folder: Path, args):
     tokenizer = load_backbone_tokenizer(backbone, model_cfg.revision, model_cfg.trust_remote_code)
     encoder = build_encoder(model_cfg, tokenizer, config.data.max_length, config.run.seed)
     tasks = list(json.loads(heads_file.read_text()))
-    apply_method(encoder, config.model.adapter, num_tasks=len(tasks), seed=config.run.seed)
+    state_file = folder / "trainer_state.json"
+    objectives = json.loads(state_file.read_text())["objectives"] if state_file.is_file() else tasks
+    apply_method(encoder, config.model.adapter, tasks, len(objectives), config.run.seed)
     state = {k.removeprefix("encoder."): v for k, v in load_file(str(weights)).items() if k.startswith("encoder.")}
     missing, unexpected = encoder.load_state_dict(state, strict=False)
     if missing or unexpected:
