@@ -102,12 +102,18 @@ class LpObjective:
 
         def add(loss):
             total[0] += float(loss.detach().double())
-            first = torch.autograd.grad(loss, params, create_graph=True)
-            inner = sum((g * v).sum() for g, v in zip(first, vector))
+            # A parameter the loss does not reach (e.g. another task's LoRA adapter: the MLM rows are routed to one)
+            # has a zero gradient and zero Hessian rows, hence allow_unused and the skips below.
+            first = torch.autograd.grad(loss, params, create_graph=True, allow_unused=True)
+            inner = sum((g * v).sum() for g, v in zip(first, vector) if g is not None)
             for acc, g in zip(grads, first):
-                acc.add_(g.detach())
-            for acc, hv in zip(products, torch.autograd.grad(inner, params)):
-                acc.add_(hv)
+                if g is not None:
+                    acc.add_(g.detach())
+            if not torch.is_tensor(inner) or not inner.requires_grad:
+                return
+            for acc, hv in zip(products, torch.autograd.grad(inner, params, allow_unused=True)):
+                if hv is not None:
+                    acc.add_(hv)
 
         self._each_batch(leaves, add)
         return total[0], grads, products
