@@ -18,7 +18,8 @@ STEPS = 12
 
 def lfmlf_run(out: Path, zero: int, micro: int, **extra) -> list[str]:
     return demo_overrides(out, STEPS, **{
-        "weighting.method": "lfmlf", "training.deepspeed_config": f"configs/deepspeed/zero{zero}.json",
+        "weighting.method": "lfmlf", "model.adapter.method": "full", "training.optimizer.lr": 1e-3,
+        "training.deepspeed_config": f"configs/deepspeed/zero{zero}.json",
         "training.micro_batch_size": micro, "model.dropout": 0.0, "model.classifier_dropout": 0.0,
         "data.tasks.0.languages": "[en, de, ar]", "logging.every_steps": 1, "checkpointing.every_steps": 6,
         "evaluation.every_steps": "null", "weighting.cosine_every": 4,

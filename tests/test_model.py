@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import torch
 
 from mtft.config.schema import ModelSection
@@ -9,6 +12,7 @@ from mtft.models.backbone import build_encoder
 from mtft.models.heads import SequenceClassificationHead
 from mtft.models.multitask import MultiTaskModel
 from mtft.models.tokenizer import tiny_tokenizer
+from tests.conftest import clean_env
 
 
 def tiny_model(tmp_path, num_objectives=3):
@@ -58,3 +62,20 @@ def test_absent_head_still_takes_part_with_zero_gradient(tmp_path):
 def test_head_decodes_label_names():
     head = SequenceClassificationHead(4, ["neg", "pos"], 0.0)
     assert head.decode(torch.tensor([[0.1, 0.9], [2.0, -1.0]])) == ["pos", "neg"]
+
+
+def test_tiny_tokenizer_is_a_function_of_its_texts(tmp_path):
+    """Trained in separate processes (the Rust trainer's hash-map order changes per process), the tokenizer --
+    and so every embedding row of a model pre-trained on it -- comes out identical."""
+    script = (
+        "import sys; from pathlib import Path; from mtft.fixtures.generic_text import rows; "
+        "from mtft.models.tokenizer import tiny_tokenizer\n"
+        "texts = [r['text'] for lang in ('en', 'zh', 'ar') for r in rows(lang, 'train', 200)]\n"
+        "tiny_tokenizer(texts, 400, Path(sys.argv[1]))\n"
+    )
+    trained = []
+    for attempt in range(3):
+        subprocess.run([sys.executable, "-c", script, str(tmp_path / str(attempt))], check=True, env=clean_env())
+        [folder] = (tmp_path / str(attempt) / "tokenizers").iterdir()
+        trained.append((folder / "tokenizer.json").read_text())
+    assert trained[0] == trained[1] == trained[2]

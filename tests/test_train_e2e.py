@@ -120,7 +120,7 @@ def test_resume_with_a_different_config_is_refused(uninterrupted):
         ("training.deepspeed_config=configs/deepspeed/none.json", "training.deepspeed_config: file not found"),
         ("evaluation.metric_for_best=xnli/f1", "evaluation.metric_for_best='xnli/f1' is not a metric of this run"),
         ("model.adapter.method=lora", "weighting.method=lfmlf needs per-objective gradients"),
-        ("model.adapter.granularity=objective data.tasks.0.protocol=zero_shot",
+        ("model.adapter.method=multi_lora model.adapter.granularity=objective data.tasks.0.protocol=zero_shot",
          "the evaluated xnli/de, xnli/ar, xnli/zh are not trained (zero-shot)"),
         ("model.adapter.method=head weighting.shared=encoder", "no trainable parameter is shared by two objectives"),
     ],

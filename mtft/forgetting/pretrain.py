@@ -44,7 +44,7 @@ from mtft.training import checkpoint as ckpt
 from mtft.training.distributed import ProcessInfo, barrier, init_distributed
 from mtft.training.engine import initialize, read_deepspeed_json
 
-PRETRAIN_VERSION = "1"  # bump when pre-training changes what it produces, to invalidate cached checkpoints
+PRETRAIN_VERSION = "2"  # bump when pre-training changes what it produces, to invalidate cached checkpoints
 MARKER = "COMPLETE"
 
 

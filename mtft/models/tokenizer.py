@@ -8,6 +8,7 @@ work. It is trained on the run's own text and cached under a key of that text an
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 from pathlib import Path
@@ -36,7 +37,7 @@ def load_backbone_tokenizer(backbone: str, revision: Optional[str], trust_remote
 def tiny_tokenizer(texts: Iterable[str], vocab_size: int, cache_dir: Path) -> PreTrainedTokenizerFast:
     """Train (or load from the cache) a tokenizer on ``texts``."""
     texts = list(texts)
-    digest = hashlib.sha256(f"unigram-v1|{vocab_size}|".encode())
+    digest = hashlib.sha256(f"unigram-v2|{vocab_size}|".encode())
     for text in texts:
         digest.update(text.encode("utf-8") + b"\0")
     folder = cache_dir / "tokenizers" / digest.hexdigest()[:24]
@@ -61,6 +62,7 @@ def _train(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFast:
         vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, unk_token="<unk>", show_progress=False
     )
     tokenizer.train_from_iterator(texts, trainer=trainer)
+    tokenizer.model = _canonical_unigram(tokenizer)
     bos, eos = tokenizer.token_to_id("<s>"), tokenizer.token_to_id("</s>")
     tokenizer.post_processor = processors.TemplateProcessing(
         single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", bos), ("</s>", eos)]
@@ -69,6 +71,23 @@ def _train(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFast:
         tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
         sep_token="</s>", cls_token="<s>", pad_token="<pad>", mask_token="<mask>",
     )
+
+
+def _canonical_unigram(tokenizer: Tokenizer) -> models.Unigram:
+    """The trained Unigram model with run-independent ids and scores.
+
+    The ``tokenizers`` Unigram trainer is not deterministic: the same texts give the same pieces, but the scores
+    differ in their last bits, and the required single characters it appends (all at about the lowest score) come
+    in hash-map order, so ids move between trainings -- and with them every embedding row of a model pre-trained
+    on the tokenizer. Rounding the scores to 0.01 (far below what changes a segmentation in practice) and ordering
+    ties by the piece itself makes the tokenizer a function of its texts.
+    """
+    state = json.loads(tokenizer.to_str())["model"]
+    special = [tuple(piece) for piece in state["vocab"][: len(SPECIAL_TOKENS)]]
+    assert [piece for piece, _ in special] == SPECIAL_TOKENS, special
+    pieces = sorted(((piece, round(score, 2)) for piece, score in state["vocab"][len(SPECIAL_TOKENS):]),
+                    key=lambda item: (-item[1], item[0]))
+    return models.Unigram(special + pieces, unk_id=state["unk_id"], byte_fallback=False)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -86,6 +86,7 @@ def _weighting_section(events: list[dict[str, Any]]) -> list[str]:
         lines.append(f"| {e['step']} | " + " | ".join(cells) + f" | {_sci(e.get('d_norm_sq'))} | "
                      f"{_sci(e.get('stationarity'))} | {_sci(e.get('fw_gap'))} | "
                      f"{_fmt(None if solver_ms is None else solver_ms * 1e3)} |")
+    lines += _dominance_note(steps, names)
     skipped = [e for e in events if e["kind"] == "skipped"]
     if skipped:
         lines += ["", f"{len(skipped)} step(s) skipped: " + "; ".join(f"step {e['step']}: {e['reason']}" for e in skipped[:5])]
@@ -93,6 +94,37 @@ def _weighting_section(events: list[dict[str, Any]]) -> list[str]:
     if stopped:
         lines += ["", f"Training stopped at step {stopped[-1]['step']}: {stopped[-1]['reason']}."]
     return lines + [""]
+
+
+DOMINANT_WEIGHT = 0.98
+
+
+def _dominance_note(steps: list[dict[str, Any]], names: list[str]) -> list[str]:
+    """Say so when one objective took (almost) all the weight through the end of the run.
+
+    Once an objective is fitted, its gradient is near zero and the min-norm element of the gradients' hull is
+    about that gradient: d stays a common descent direction (Theorem 2), but one along which the other objectives
+    barely move. The run is then Pareto-stationary in the sense of Theorem 3 -- which is not every objective
+    being learnt -- and a reader of the report should not have to find that out from the weight table.
+    """
+    if len(names) < 2 or len(steps) < 4:
+        return []
+    leader = max(names, key=lambda n: steps[-1].get(f"weight/{n}", 0.0))
+    weights = [e.get(f"weight/{leader}", 0.0) for e in steps]
+    since, total = None, 0.0
+    for i in range(len(steps) - 1, -1, -1):  # the earliest step from which the leader's mean weight is dominant
+        total += weights[i]
+        if total / (len(steps) - i) >= DOMINANT_WEIGHT:
+            since = i
+    first, last = steps[0]["step"], steps[-1]["step"]
+    if since is None or steps[since]["step"] > last - (last - first) / 4:
+        return []  # no dominant objective, or only over the last quarter of the run
+    mean = sum(weights[since:]) / (len(steps) - since)
+    return ["", f"From step {steps[since]['step']} to the end, **{leader}** took {mean:.3f} of the weight on "
+            "average: once an objective is fitted its gradient is near zero, the min-norm direction is about "
+            "that gradient alone, and the other objectives barely move -- Pareto stationarity (Theorem 3), not "
+            "every objective learnt. `weighting.stationarity_eps` stops a run there; `weighting.method=mean` or "
+            "`mgda_normalized` compare."]
 
 
 def _sci(value: Optional[float]) -> str:
