@@ -1,10 +1,10 @@
 """Wall-time overhead of the forgetting monitors at their default settings, measured side by side in one run.
 
-    python bench/forgetting_overhead.py [--steps 400] [--repeats 2] [--method full|multi_lora]
+    python bench/forgetting_overhead.py [--steps 400] [--repeats 2] [--method multi_lora|full]
 
-Runs the demo config (pre-trained tiny encoder, LF-MLF; or Multi-LoRA with mean weighting) with the monitors
+Runs the demo config (pre-trained tiny encoder, Multi-LoRA, LF-MLF; or full fine-tuning at lr 1e-3) with the monitors
 off and on -- defaults of the ``forgetting`` section, i.e. Σ||Δθ_k||² and ||θ − θ_p|| every step, F_p, the
-bounds and the second-order prediction every 100 steps and at the end, no probe -- alternating A/B so that load
+bounds and the second-order prediction every ``forgetting.every_steps`` (its default) and at the end, no probe -- alternating A/B so that load
 on the machine hits both alike. λ_p and the pre-trained backbone come from the cache (a warm-up run fills it:
 λ_p is computed once per checkpoint, not per run). "training" is the loop plus the monitors' final
 measurement (``Run._train`` + ``monitor.end``); "run" is everything ``Run.execute`` does. Prints the ratios.
@@ -30,10 +30,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--method", choices=["full", "multi_lora"], default="full")
+    parser.add_argument("--method", choices=["multi_lora", "full"], default="multi_lora")
     args = parser.parse_args()
     os.chdir(REPO)
     from mtft.config import load_config
+    from mtft.config.schema import ForgettingSection
     from mtft.forgetting.monitor import ForgettingMonitor
     from mtft.training.trainer import Run
 
@@ -52,14 +53,15 @@ def main() -> int:
         current["loop"] += time.perf_counter() - start
 
     Run._train, ForgettingMonitor.end = timed_train, timed_end
-    extra = ["weighting.method=mean", "model.adapter.method=multi_lora", "training.optimizer.lr=3e-3"] \
-        if args.method == "multi_lora" else []
+    extra = ["model.adapter.method=full", "training.optimizer.lr=1e-3", "model.dropout=0.1"] \
+        if args.method == "full" else []  # multi_lora: the demo as it is
+    every = ForgettingSection.model_fields["every_steps"].default  # the default, not the demo's 50
     with tempfile.TemporaryDirectory() as tmp:
         def run(label: str, enabled: bool, record: bool = True) -> None:
             overrides = [f"run.output_dir={tmp}/{label}", "run.overwrite=true", "logging.progress_bar=false",
                          f"training.max_steps={args.steps}", "evaluation.every_steps=null",
                          "checkpointing.every_steps=null", f"forgetting.enabled={str(enabled).lower()}",
-                         "forgetting.every_steps=100", "forgetting.probe.gammas=[]", *extra]
+                         f"forgetting.every_steps={every}", "forgetting.probe.gammas=[]", *extra]
             config = load_config(REPO / "configs/demo.yaml", overrides)
             current["loop"] = 0.0
             start = time.perf_counter()
@@ -73,7 +75,7 @@ def main() -> int:
         for _ in range(args.repeats):
             run("off", False)
             run("on", True)
-    print(f"\nforgetting monitors, {args.method}, {args.steps} steps, defaults (every_steps=100, no probe); "
+    print(f"\nforgetting monitors, {args.method}, {args.steps} steps, defaults (every_steps={every}, no probe); "
           f"median of {args.repeats} alternating runs\n")
     print("| | monitors off (s) | monitors on (s) | on ÷ off |")
     print("|---|---:|---:|---:|")

@@ -205,7 +205,7 @@ def test_probe_restores_weights_bit_exactly_and_scales_noise_by_init_std(tmp_pat
 def lora_encoder(tmp_path):
     mlm, tok = tiny_mlm(tmp_path, dtype=torch.float64)
     encoder = mlm.encoder
-    inject_multi_lora(encoder, MultiLoraConfig(r=2, alpha=4.0, target_modules=["query", "value"]), 3, seed=0)
+    inject_multi_lora(encoder, MultiLoraConfig(r=2, alpha=4.0, target_modules=["query", "value", "dense"]), 3, seed=0)
     layers = multi_lora_layers(encoder)
     for layer in layers:
         nn.init.normal_(layer.lora_B.weight, std=0.3)

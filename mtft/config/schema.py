@@ -375,8 +375,10 @@ class BudgetSection(Section):
     value: float = Field(..., gt=0.0, description="Largest allowed displacement bound (λ_p/2)·||θ − θ_p||².")
     action: Literal["stop", "scale"] = Field(
         "stop",
-        description="stop: end training when a step would pass the budget; scale: shrink that step's update so the "
-        "bound equals the budget (ZeRO stage 0, fp32 only: it edits the weights the optimizer steps).",
+        description="stop: end training after the first step that takes the bound past the budget (that step's "
+        "update is kept, so the final bound is one step past it; any ZeRO stage); scale: shrink that step's update "
+        "so the bound equals the budget and go on (ZeRO stage 0, fp32 only: it edits the weights the optimizer "
+        "steps).",
     )
 
 
@@ -405,9 +407,10 @@ class ForgettingSection(Section):
         "budget, regularization and probe below act only when this is true (false turns them all off)."
     )
     every_steps: int = Field(
-        100, ge=1,
+        200, ge=1,
         description="Measure F_p per language, the bounds and the second-order prediction every N steps (and at "
-        "the end); Σ||Δθ_k||² and ||θ − θ_p|| are tracked every step.",
+        "the end); Σ||Δθ_k||² and ||θ − θ_p|| are tracked every step. One measurement costs a few training "
+        "steps (bench/forgetting_overhead.py).",
     )
     batch_size: int = Field(128, ge=1, description="Texts per forward pass when evaluating L_p.")
     hessian_examples: int = Field(

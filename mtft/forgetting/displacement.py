@@ -93,35 +93,48 @@ class LoraDisplacement:
     def __init__(self, encoder: nn.Module, task_names: list[str], prefix: str = "encoder."):
         self.layers = [(prefix + n, m) for n, m in encoder.named_modules() if isinstance(m, MultiLoraLinear)]
         self.groups = list(task_names)
+        # Layers whose B's have one shape are measured together, in one batched product per shape and step: a
+        # handful of ops instead of a few per layer (the per-op overhead was most of the monitors' per-step cost).
+        shapes: dict[tuple[int, ...], list[int]] = {}
+        for i, (_, m) in enumerate(self.layers):
+            shapes.setdefault(tuple(m.lora_B.weight.shape), []).append(i)
+        self.shape_groups = list(shapes.values())
         with torch.no_grad():
-            self.prev = [m.lora_B.weight.detach().clone() for _, m in self.layers]
             self.gram_a = [(m.lora_A.double() @ m.lora_A.double().T) for _, m in self.layers]  # A·Aᵀ, r × r
+            # s²·A·Aᵀ per layer of a shape group, (layers, 1, r, r)
+            self.metric = [torch.stack([self.layers[i][1].scaling ** 2 * self.gram_a[i] for i in idx]).unsqueeze(1)
+                           for idx in self.shape_groups]
+            self.prev = self._stacked_b()
 
     def adapter(self, group: int) -> int:
         return group
 
-    def _sq(self, b: torch.Tensor, layer: int) -> torch.Tensor:
-        """||s·B_i·A||² for every task i of a (k, out, r) tensor, through the r × r Grams."""
-        b = b.double()
-        scaling = self.layers[layer][1].scaling
-        return scaling ** 2 * ((b.transpose(1, 2) @ b) * self.gram_a[layer]).sum(dim=(1, 2))
+    def _stacked_b(self) -> list[torch.Tensor]:
+        """Per shape group, its layers' B's stacked, (layers, k, out, r), in float64."""
+        return [torch.stack([self.layers[i][1].lora_B.weight.detach() for i in idx]).double()
+                for idx in self.shape_groups]
+
+    def _sq(self, stacked: list[torch.Tensor]) -> torch.Tensor:
+        """||s·B_i·A||² = s²·tr(B_iᵀB_i·A·Aᵀ) summed over the layers, for every task i."""
+        return sum(((b.transpose(-1, -2) @ b) * metric).sum(dim=(0, 2, 3)) for b, metric in zip(stacked, self.metric))
 
     @torch.no_grad()
     def measure(self) -> tuple[list[float], list[float]]:
-        update = sum(self._sq(m.lora_B.weight - prev, i) for i, ((_, m), prev) in enumerate(zip(self.layers, self.prev)))
-        distance = sum(self._sq(m.lora_B.weight, i) for i, (_, m) in enumerate(self.layers))
-        return update.tolist(), distance.tolist()
+        current = self._stacked_b()
+        update = self._sq([b - prev for b, prev in zip(current, self.prev)])
+        return update.tolist(), self._sq(current).tolist()
 
     @torch.no_grad()
     def advance(self) -> None:
-        for (_, m), prev in zip(self.layers, self.prev):
-            prev.copy_(m.lora_B.weight)
+        self.prev = self._stacked_b()
 
     @torch.no_grad()
     def scale_update(self, alphas: Sequence[float]) -> None:
-        weight = torch.tensor(alphas, dtype=self.prev[0].dtype, device=self.prev[0].device).view(-1, 1, 1)
-        for (_, m), prev in zip(self.layers, self.prev):
-            m.lora_B.weight.copy_(prev + weight * (m.lora_B.weight - prev))
+        weight = torch.tensor(alphas, dtype=torch.float64, device=self.prev[0].device).view(-1, 1, 1)
+        for idx, prev in zip(self.shape_groups, self.prev):
+            for i, before in zip(idx, prev):
+                b = self.layers[i][1].lora_B.weight
+                b.copy_(before + weight * (b.double() - before))
 
     def pretrained_point(self) -> dict[str, torch.Tensor]:
         return {f"{name}.base_layer.weight": m.base_layer.weight for name, m in self.layers}

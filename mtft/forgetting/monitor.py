@@ -228,6 +228,7 @@ class ForgettingMonitor:
         return sum(means) / len(means)
 
     def evaluate(self, step: int) -> None:
+        start = time.perf_counter()
         values = self._displacement_values()
         point = self.objective_point()
         for g, group in enumerate(self.groups):
@@ -252,6 +253,7 @@ class ForgettingMonitor:
             if mean_forgetting > bound:
                 logger.warning(f"step {step}: measured forgetting{' of ' + group if group else ''} "
                                f"F_p = {mean_forgetting:.4g} exceeds the Theorem-1 bound {bound:.4g}")
+        values["seconds"] = time.perf_counter() - start  # what the measurement cost (bench/forgetting_overhead.py)
         self.log.log(step, "forgetting", values)
         self.last_evaluated = step
 
