@@ -12,12 +12,12 @@ other rows carry 0 (count 0), so the per-objective mean is over examples.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from torch import nn
 
-from mtft.models.heads import IGNORE_INDEX, Head, HeadOutput, label_matrix
+from mtft.models.heads import IGNORE_INDEX, HeadOutput, PooledScoreHead, label_matrix
 
 
 def choice_layout(group_index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -41,26 +41,15 @@ def choice_layout(group_index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor
     return group, position, count
 
 
-class MultipleChoiceHead(Head):
-    """Pooler on the first token (dense -> tanh -> dropout) and one score per (context, choice) sequence.
+class MultipleChoiceHead(PooledScoreHead):
+    """Pooler on the first token (dense -> tanh -> dropout) and one score per (context, choice) sequence; the
+    softmax over an example's choices happens in the loss and in decoding.
 
     ``label_names`` name the choices by position (COPA's ClassLabel: ``choice1``, ``choice2``); the prediction of
     an example is the name of its best-scoring choice.
     """
 
     kind = "multiple_choice"
-
-    def __init__(self, hidden_size: int, label_names: Sequence[str], dropout: float):
-        super().__init__(hidden_size, label_names, dropout)
-        self.dense = nn.Linear(hidden_size, hidden_size)
-        self.dropout = nn.Dropout(dropout)
-        self.scorer = nn.Linear(hidden_size, 1)
-
-    def logits(self, hidden: torch.Tensor, **context: Any) -> torch.Tensor:
-        """One score per encoder row (the softmax over a group happens in the loss and in decoding)."""
-        x = self.dropout(hidden[:, 0])
-        x = self.dropout(torch.tanh(self.dense(x)))
-        return self.scorer(x).squeeze(-1)
 
     def choice_matrix(self, scores: torch.Tensor, group_index: torch.Tensor) -> torch.Tensor:
         """``(groups, max choices)`` scores, -inf where a group has fewer choices."""
@@ -92,7 +81,7 @@ class MultipleChoiceHead(Head):
         return [self.label_names[i] for i in best]
 
 
-class CandidateScoringHead(Head):
+class CandidateScoringHead(PooledScoreHead):
     """Score one candidate per encoded row (SuperGLUE ReCoRD): is this candidate a right answer?
 
     Each candidate of an example is its own encoded row (the passage with the query's placeholder filled by
@@ -103,17 +92,6 @@ class CandidateScoringHead(Head):
     """
 
     kind = "candidate_scoring"
-
-    def __init__(self, hidden_size: int, label_names: Sequence[str], dropout: float):
-        super().__init__(hidden_size, label_names, dropout)
-        self.dense = nn.Linear(hidden_size, hidden_size)
-        self.dropout = nn.Dropout(dropout)
-        self.scorer = nn.Linear(hidden_size, 1)
-
-    def logits(self, hidden: torch.Tensor, **context: Any) -> torch.Tensor:
-        x = self.dropout(hidden[:, 0])
-        x = self.dropout(torch.tanh(self.dense(x)))
-        return self.scorer(x).squeeze(-1)
 
     def forward(self, hidden: torch.Tensor, labels: torch.Tensor, **context: Any) -> HeadOutput:
         scores = self.logits(hidden)

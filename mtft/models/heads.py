@@ -87,24 +87,42 @@ def label_matrix(labels: torch.Tensor, rows: int, width: int = 1) -> torch.Tenso
     return labels
 
 
-class SequenceClassificationHead(Head):
-    """RoBERTa-style classifier on the first token: dense -> tanh -> dropout -> projection.
-
-    Labels: one class id per row (IGNORE_INDEX: the row carries no loss).
-    """
-
-    kind = "sequence_classification"
+class PooledHead(Head):
+    """RoBERTa-style pooler on the first token (dense -> tanh -> dropout) and a projection ``out_proj`` to
+    :meth:`num_outputs` numbers per row: the shared trunk of the sequence-level heads."""
 
     def __init__(self, hidden_size: int, label_names: Sequence[str], dropout: float):
         super().__init__(hidden_size, label_names, dropout)
         self.dense = nn.Linear(hidden_size, hidden_size)
         self.dropout = nn.Dropout(dropout)
-        self.out_proj = nn.Linear(hidden_size, len(self.label_names))
+        self.out_proj = nn.Linear(hidden_size, self.num_outputs())
+
+    def num_outputs(self) -> int:
+        return len(self.label_names)
 
     def logits(self, hidden: torch.Tensor, **context: Any) -> torch.Tensor:
         x = self.dropout(hidden[:, 0])
         x = self.dropout(torch.tanh(self.dense(x)))
         return self.out_proj(x)
+
+
+class PooledScoreHead(PooledHead):
+    """A :class:`PooledHead` with one number per row (a regression value, a choice's or a candidate's score)."""
+
+    def num_outputs(self) -> int:
+        return 1
+
+    def logits(self, hidden: torch.Tensor, **context: Any) -> torch.Tensor:
+        return super().logits(hidden).squeeze(-1)
+
+
+class SequenceClassificationHead(PooledHead):
+    """RoBERTa-style classifier on the first token: dense -> tanh -> dropout -> projection to the labels.
+
+    Labels: one class id per row (IGNORE_INDEX: the row carries no loss).
+    """
+
+    kind = "sequence_classification"
 
     def forward(self, hidden: torch.Tensor, labels: torch.Tensor, **context: Any) -> HeadOutput:
         logits = self.logits(hidden)

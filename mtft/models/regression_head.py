@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 import torch
-from torch import nn
 
-from mtft.models.heads import IGNORE_INDEX, Head, HeadOutput, label_matrix
+from mtft.models.heads import IGNORE_INDEX, HeadOutput, PooledScoreHead, label_matrix
 
 
-class RegressionHead(Head):
+class RegressionHead(PooledScoreHead):
     """RoBERTa-style pooler on the first token (dense -> tanh -> dropout) and a projection to one number.
 
     Labels: one float per row (IGNORE_INDEX: the row carries no loss). The loss unit is one example, so an
@@ -19,17 +18,6 @@ class RegressionHead(Head):
     """
 
     kind = "regression"
-
-    def __init__(self, hidden_size: int, label_names: Sequence[str], dropout: float):
-        super().__init__(hidden_size, label_names, dropout)
-        self.dense = nn.Linear(hidden_size, hidden_size)
-        self.dropout = nn.Dropout(dropout)
-        self.out_proj = nn.Linear(hidden_size, 1)
-
-    def logits(self, hidden: torch.Tensor, **context: Any) -> torch.Tensor:
-        x = self.dropout(hidden[:, 0])
-        x = self.dropout(torch.tanh(self.dense(x)))
-        return self.out_proj(x).squeeze(-1)
 
     def forward(self, hidden: torch.Tensor, labels: torch.Tensor, **context: Any) -> HeadOutput:
         scores = self.logits(hidden)
