@@ -33,7 +33,7 @@ import sys
 from mtft.cli import train_parser
 from mtft.commands import COMMANDS, run_command
 from mtft.config import config_to_yaml, load_config
-from mtft.errors import UserError
+from mtft.core.errors import UserError
 
 
 def main(argv: list[str]) -> int:
@@ -51,7 +51,7 @@ def main(argv: list[str]) -> int:
         prefetch(config)
         return 0
     if config.run.stage == "pretrain":
-        from mtft.forgetting.pretrain import PretrainRun
+        from mtft.training.pretrain import PretrainRun
 
         PretrainRun(config).execute()
         return 0

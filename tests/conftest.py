@@ -18,6 +18,14 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 _DISTRIBUTED_VARS = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
 
 
+def pytest_collection_modifyitems(config, items):
+    """Everything under tests/e2e/ runs the training loop: marked slow by directory, so that
+    ``python -m pytest -m "not slow"`` is the fast loop (tests/unit/, about a minute)."""
+    for item in items:
+        if "e2e" in item.path.relative_to(REPO / "tests").parts:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def private_cache(tmp_path_factory):
     """Tokenizers and datasets are cached in a folder of this test session, not the user's."""

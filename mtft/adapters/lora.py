@@ -4,7 +4,7 @@ PEFT keeps every task's adapter in its LoRA layers; a mixed batch is routed by h
 ``adapter_names`` argument (one adapter name per row), which makes the layer run each adapter on the sub-batch
 of its rows. PEFT does that at inference through a forward pre-hook and refuses it in training at the model
 level only; the layer-level computation is differentiable, so the same pre-hook, fed from the rows'
-:func:`~mtft.models.rows.labelled_rows` declaration, trains all tasks of a mixed batch.
+:func:`~mtft.core.rows.labelled_rows` declaration, trains all tasks of a mixed batch.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 from peft.tuners.lora import LoraLayer
 from torch import nn
 
-from mtft.models.rows import row_labels
+from mtft.core.rows import row_labels
 
 
 def inject_lora(encoder: nn.Module, config: peft.LoraConfig, task_names: Sequence[str]) -> list[str]:

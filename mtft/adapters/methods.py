@@ -10,7 +10,7 @@ from torch import nn
 from mtft.adapters.lora import inject_lora
 from mtft.adapters.multi_lora import MultiLoraConfig, inject_multi_lora
 from mtft.config.schema import AdapterSection
-from mtft.errors import ConfigError
+from mtft.core.errors import ConfigError
 
 
 def apply_method(encoder: nn.Module, adapter: AdapterSection, task_names: Sequence[str], num_objectives: int,

@@ -1,9 +1,31 @@
-"""``python run.py export --run <run dir> --out <dir>``: each task's adapter as a standard PEFT LoRA directory."""
+"""``python run.py export --run <run dir> --out <dir>``: each task's adapter as a standard PEFT LoRA directory.
+
+Export a run's adapters as standard PEFT LoRA directories, one per task (or per objective).
+
+Each directory is written by PEFT itself (``save_pretrained`` of a one-adapter ``PeftModel`` on the run's base
+encoder), so any PEFT user loads it with ``PeftModel.from_pretrained(base, dir)``: for Multi-LoRA, A is copied
+into ``lora_A`` and the task's B into ``lora_B``. Beside it, ``head.safetensors`` + ``head.json`` hold the task
+head and its label names. A run on the built-in ``tiny`` backbone has no Hub id, so its base encoder and
+tokenizer are written to ``base/``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
 from pathlib import Path
+from typing import Optional
+
+import peft
+import torch
+from peft.tuners.lora import LoraLayer
+from safetensors.torch import save_file
+
+from mtft.adapters.methods import multi_lora_config
+from mtft.adapters.multi_lora import MultiLoraLinear
+from mtft.core.errors import CheckpointError
+from mtft.training.restore import LoadedRun, load_run
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,8 +43,111 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> int:
-    from mtft.adapters.export import export_run
-
     for folder in export_run(args.run, args.out, args.checkpoint):
         print(folder)
     return 0
+
+
+def export_run(run_dir: Path, out: Path, checkpoint: Optional[Path] = None) -> list[Path]:
+    """Write every adapter of ``run_dir`` under ``out`` (which must not exist or be empty); return the
+    adapter directories. Written to ``out.partial`` and renamed, so a failure leaves nothing behind."""
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise CheckpointError(f"export directory {out} exists and is not empty; choose another --out")
+    run = load_run(run_dir, checkpoint)
+    method = run.config.model.adapter.method
+    if method not in ("multi_lora", "lora"):
+        raise CheckpointError(f"{run_dir} fine-tuned with model.adapter.method={method}; export writes LoRA adapters "
+                              "(multi_lora or lora runs)")
+    partial = out.with_name(out.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    base_ref = _write_base(run, partial)
+    written = []
+    for slot, (name, task) in enumerate(_slots(run)):
+        folder = partial / name
+        model = _peft_model_for(run, slot, name, base_ref)
+        model.save_pretrained(str(folder))
+        _write_head(run, task, folder)
+        written.append(Path(out) / name)
+    (partial / "export.json").write_text(json.dumps({
+        "run": str(Path(run_dir).resolve()), "checkpoint": str(run.checkpoint.resolve()), "method": method,
+        "base_model": base_ref, "adapters": {name: task for name, task in _slots(run)},
+    }, indent=2) + "\n")
+    if out.exists():
+        out.rmdir()
+    partial.rename(out)
+    return written
+
+
+def _slots(run: LoadedRun) -> list[tuple[str, str]]:
+    """(adapter directory name, task) per adapter slot, in slot order."""
+    adapter = run.config.model.adapter
+    if adapter.method == "lora" or adapter.granularity == "task":
+        return [(task, task) for task in run.heads]
+    grouping = run.config.weighting.objectives
+    if grouping == "language":
+        raise CheckpointError("adapters kept per objective with weighting.objectives=language span several tasks' "
+                              "heads; export needs objectives per (task, language) or per task")
+    return [(name, name.split("/")[0]) for name in run.objectives]
+
+
+def _write_base(run: LoadedRun, out: Path) -> str:
+    backbone = run.config.model.backbone
+    if backbone != "tiny":
+        return backbone  # the base is the Hub model, unchanged by adapter training
+    base = _base_encoder(run)
+    base.save_pretrained(str(out / "base"))
+    run.tokenizer.save_pretrained(str(out / "base"))
+    return "../base"
+
+
+def _base_encoder(run: LoadedRun) -> torch.nn.Module:
+    """A plain copy of the run's encoder, adapters removed: the frozen W0 every adapter sits on."""
+    from transformers import AutoModel
+
+    base = AutoModel.from_config(run.model.encoder.config)
+    if getattr(base, "pooler", None) is not None:
+        base.pooler = None
+    state = {}
+    for name, value in run.model.encoder.state_dict().items():
+        if ".lora_" in name:
+            continue
+        state[name.replace(".base_layer.", ".")] = value
+    missing, unexpected = base.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise CheckpointError(f"cannot separate the base encoder: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    return base.eval()
+
+
+def _peft_model_for(run: LoadedRun, slot: int, name: str, base_ref: str) -> peft.PeftModel:
+    adapter = run.config.model.adapter
+    model = peft.get_peft_model(_base_encoder(run), multi_lora_config(adapter).as_peft())
+    model.peft_config["default"].base_model_name_or_path = base_ref  # PEFT fills in the in-memory model's path
+    ours = _adapter_weights(run, slot, name)
+    theirs = {n.removeprefix("base_model.model."): m for n, m in model.named_modules() if isinstance(m, LoraLayer)}
+    if set(ours) != set(theirs):
+        raise CheckpointError(f"PEFT adapts other layers than the run: {sorted(set(ours) ^ set(theirs))[:4]}")
+    with torch.no_grad():
+        for layer_name, (a, b) in ours.items():
+            theirs[layer_name].lora_A["default"].weight.copy_(a)
+            theirs[layer_name].lora_B["default"].weight.copy_(b)
+    return model
+
+
+def _adapter_weights(run: LoadedRun, slot: int, name: str) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """layer name -> (A, B) of one adapter: Multi-LoRA's shared A and the slot's B, or PEFT LoRA's own pair."""
+    out = {}
+    for layer_name, module in run.model.encoder.named_modules():
+        if isinstance(module, MultiLoraLinear):
+            out[layer_name] = (module.lora_A, module.lora_B.weight[slot])
+        elif isinstance(module, LoraLayer):
+            out[layer_name] = (module.lora_A[name].weight, module.lora_B[name].weight)
+    return out
+
+
+def _write_head(run: LoadedRun, task: str, folder: Path) -> None:
+    head = run.model.heads[task]
+    save_file({k: v.contiguous() for k, v in head.state_dict().items()}, str(folder / "head.safetensors"))
+    meta = {"task": task, **run.heads[task], "hidden_size": run.model.encoder.config.hidden_size}
+    (folder / "head.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from mtft.errors import CheckpointError, UserError
+from mtft.core.errors import CheckpointError, UserError
 
 
 class ProbeInputError(UserError):
@@ -129,10 +129,10 @@ def _finetune_checkpoint(folder: Path, args):
     from mtft.adapters.methods import apply_method
     from mtft.config import load_config
     from mtft.forgetting.mlm import attach_head, load_mlm_model
-    from mtft.forgetting.pretrain import MARKER, prelude_key, task_languages
+    from mtft.training.pretrain import MARKER, prelude_key, task_languages
     from mtft.models.backbone import build_encoder
     from mtft.models.tokenizer import load_backbone_tokenizer
-    from mtft.training.setup import cache_dir
+    from mtft.config.paths import cache_dir
 
     weights, heads_file = folder / "model.safetensors", folder / "heads.json"
     run_config = next((p / "config.yaml" for p in (folder.parent, folder.parent.parent)

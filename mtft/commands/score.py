@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from mtft.errors import ConfigError, DataError
+from mtft.core.errors import ConfigError, DataError
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,7 +10,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from mtft.config.schema import RunConfig
-from mtft.errors import ConfigError
+from mtft.core.errors import ConfigError
 
 
 def load_config(path: str | Path, overrides: Iterable[str] = ()) -> RunConfig:

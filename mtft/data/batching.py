@@ -15,7 +15,8 @@ from typing import Iterator, Optional
 import torch
 
 from mtft.data.pipeline import PreparedData
-from mtft.models.heads import IGNORE_INDEX, head_class
+from mtft.core.labels import IGNORE_INDEX
+from mtft.models.heads import head_class
 
 
 class BatchBuilder:

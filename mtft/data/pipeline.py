@@ -16,7 +16,7 @@ import datasets
 
 from mtft.config.schema import RunConfig, TaskSelection
 from mtft.data.sources import describe_source, load_split
-from mtft.errors import ConfigError, DataError
+from mtft.core.errors import ConfigError, DataError
 from mtft.tasks.base import Task, unique_by_id
 from mtft.tasks.hidden import HiddenLabelsError, check_not_hidden
 from mtft.tasks.registry import discover_tasks, get_task

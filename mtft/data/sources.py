@@ -17,7 +17,7 @@ from typing import Mapping, Optional
 
 import datasets
 
-from mtft.errors import DataError
+from mtft.core.errors import DataError
 from mtft.tasks.base import DatasetRef
 
 _BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}

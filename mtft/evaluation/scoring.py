@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
 
-from mtft.errors import DataError
+from mtft.core.errors import DataError
 from mtft.tasks.base import Task
 
 

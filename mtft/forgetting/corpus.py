@@ -15,9 +15,10 @@ from typing import Optional, Sequence
 import torch
 from transformers import DataCollatorForLanguageModeling
 
+from mtft.core.labels import IGNORE_INDEX
 from mtft.config.schema import CorpusSection, RunConfig
 from mtft.data.sources import load_split
-from mtft.errors import ConfigError, DataError
+from mtft.core.errors import ConfigError, DataError
 from mtft.fixtures import GENERIC_TEXT
 from mtft.tasks.base import DatasetRef
 
@@ -58,7 +59,7 @@ def masking_collator(tokenizer, probability: float, seed: Optional[int] = None) 
 @dataclass
 class MaskedExample:
     input_ids: list[int]
-    labels: list[int]  # -100 where the token is not a prediction target
+    labels: list[int]  # IGNORE_INDEX where the token is not a prediction target
 
 
 @dataclass
@@ -79,7 +80,7 @@ class MlmEvalSet:
     def pad(self, rows: list[MaskedExample]) -> dict[str, torch.Tensor]:
         width = max(len(r.input_ids) for r in rows)
         ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        labels = torch.full((len(rows), width), -100, dtype=torch.long)
+        labels = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
         for i, r in enumerate(rows):
             ids[i, : len(r.input_ids)] = torch.tensor(r.input_ids)
@@ -109,7 +110,7 @@ def build_eval_set(config: RunConfig, tokenizer, languages: Sequence[str], max_l
         rows = []
         for ids, masked, labels in zip(encoded, batch["input_ids"], batch["labels"]):
             rows.append(MaskedExample(masked[: len(ids)].tolist(), labels[: len(ids)].tolist()))
-        if not any(label != -100 for r in rows for label in r.labels):
+        if not any(label != IGNORE_INDEX for r in rows for label in r.labels):
             raise DataError(f"corpus language {language!r}: no token was masked in {len(rows)} texts; "
                             "raise corpus.max_eval_examples or corpus.mlm_probability")
         examples[language] = rows

@@ -18,8 +18,9 @@ import torch
 from torch import nn
 from transformers import AutoModelForMaskedLM, PretrainedConfig
 
-from mtft.errors import ConfigError
-from mtft.models.rows import labelled_rows
+from mtft.core.labels import IGNORE_INDEX
+from mtft.core.errors import ConfigError
+from mtft.core.rows import labelled_rows
 
 
 class MaskedLM(nn.Module):
@@ -39,7 +40,7 @@ class MaskedLM(nn.Module):
         # adapters route by the declared task, or by objective with model.adapter.granularity: objective
         with labelled_rows(task=task, objective=task):
             hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        targets = labels != -100
+        targets = labels != IGNORE_INDEX
         logits = self.head(hidden[targets])
         loss = nn.functional.cross_entropy(logits.float(), labels[targets], reduction="sum")
         return loss, targets.sum()

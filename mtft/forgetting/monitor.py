@@ -29,15 +29,16 @@ from typing import Any, Optional
 
 import torch
 
+from mtft.config.deepspeed import use_bf16, zero_stage
+from mtft.config.paths import cache_dir
 from mtft.config.schema import RunConfig
-from mtft.errors import ConfigError
+from mtft.core.errors import ConfigError
 from mtft.forgetting.corpus import MlmEvalSet, build_eval_set, corpus_languages
-from mtft.forgetting.displacement import FullDisplacement, LoraDisplacement
+from mtft.adapters.displacement import FullDisplacement, LoraDisplacement
 from mtft.forgetting.hessian import EigenResult, LpObjective, top_eigenvalue
 from mtft.forgetting.mlm import attach_head, load_mlm_model, lp_per_language, lp_sums
 from mtft.forgetting.probe import gaussian_probe, init_stds, probe_lp
 from mtft.reporting.logs import logger
-from mtft.training.engine import read_deepspeed_json, use_bf16
 
 LAMBDA_VERSION = "1"
 
@@ -55,7 +56,7 @@ def prepare_forgetting(config: RunConfig, model_config: RunConfig, data) -> Opti
     cfg = config.forgetting
     if not cfg.enabled:
         return None
-    stage = read_deepspeed_json(config.training.deepspeed_config).get("zero_optimization", {}).get("stage", 0)
+    stage = zero_stage(config)
     if stage == 3:
         raise ConfigError("forgetting monitors need every weight in full on each rank; use ZeRO stage 0-2 "
                           f"(not 3, from {config.training.deepspeed_config}) or forgetting.enabled=false")
@@ -330,6 +331,4 @@ class ForgettingMonitor:
         folder = Path(self.backbone)
         if folder.is_dir() and os.access(folder, os.W_OK):
             return folder / "lambda_p" / f"{key}.json"
-        from mtft.training.setup import cache_dir
-
         return cache_dir(self.config) / "lambda_p" / f"{key}.json"

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from mtft.adapters.multi_lora.layer import RoutedLoraB
-from mtft.models.rows import row_labels
+from mtft.core.rows import row_labels
 
 SUPPORTED = (nn.Linear, nn.Embedding, nn.LayerNorm, RoutedLoraB)
 # Parameters whose gradient touches only some rows of the first dimension: an embedding's looked-up tokens, the

@@ -6,7 +6,7 @@ import torch
 from transformers import AutoConfig, AutoModel, PreTrainedModel, XLMRobertaConfig
 
 from mtft.config.schema import ModelSection
-from mtft.errors import ConfigError
+from mtft.core.errors import ConfigError
 
 
 def build_encoder(cfg: ModelSection, tokenizer, max_length: int, seed: int) -> PreTrainedModel:

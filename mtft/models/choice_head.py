@@ -17,7 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from mtft.models.heads import IGNORE_INDEX, HeadOutput, PooledScoreHead, label_matrix
+from mtft.core.labels import IGNORE_INDEX
+from mtft.models.heads import HeadOutput, PooledScoreHead, label_matrix
 
 
 def choice_layout(group_index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:

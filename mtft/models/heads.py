@@ -29,7 +29,7 @@ from typing import Any, ClassVar, Sequence
 import torch
 from torch import nn
 
-IGNORE_INDEX = -100  # label cells that carry no label (padding, non-first sub-tokens, unused columns)
+from mtft.core.labels import IGNORE_INDEX
 
 
 @dataclass

@@ -7,13 +7,13 @@ from typing import Any, Mapping, Optional
 import torch
 from torch import nn
 
-from mtft.models.rows import labelled_rows
+from mtft.core.rows import labelled_rows
 
 
 class MultiTaskModel(nn.Module):
     """Encoder + heads. ``forward`` returns per-objective loss sums and counts for a mixed batch.
 
-    The objective and task of every row are declared with :func:`~mtft.models.rows.labelled_rows`, so that
+    The objective and task of every row are declared with :func:`~mtft.core.rows.labelled_rows`, so that
     Multi-LoRA layers route rows to their task's B and LF-MLF's hooks attribute gradients to objectives.
     Every head runs on every step -- on zero rows when its task is absent -- so that each process sees the
     same parameters take part in each step; ZeRO's gradient collectives require it when ranks draw different

@@ -7,7 +7,8 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from mtft.models.heads import IGNORE_INDEX, Head, HeadOutput, label_matrix
+from mtft.core.labels import IGNORE_INDEX
+from mtft.models.heads import Head, HeadOutput, label_matrix
 
 
 class QuestionAnsweringHead(Head):

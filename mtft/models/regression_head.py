@@ -6,7 +6,8 @@ from typing import Any
 
 import torch
 
-from mtft.models.heads import IGNORE_INDEX, HeadOutput, PooledScoreHead, label_matrix
+from mtft.core.labels import IGNORE_INDEX
+from mtft.models.heads import HeadOutput, PooledScoreHead, label_matrix
 
 
 class RegressionHead(PooledScoreHead):

@@ -17,7 +17,7 @@ from typing import Iterable, Optional
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from mtft.errors import ConfigError
+from mtft.core.errors import ConfigError
 
 SPECIAL_TOKENS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 

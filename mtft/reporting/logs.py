@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 from typing import Any, Optional
 
-from mtft.errors import ConfigError
+from mtft.core.errors import ConfigError
 
 logger = logging.getLogger("mtft")
 

@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Iterator, Mapping, Optional, Sequence
 import datasets
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from mtft.errors import ConfigError, DataError
+from mtft.core.errors import ConfigError, DataError
 from mtft.tasks.hidden import HIDDEN_ENCODED, check_not_hidden, is_hidden
 
 
@@ -108,7 +108,7 @@ class Task:
 
     def available_metrics(self) -> tuple[str, ...]:
         """The metric names this task kind can compute (a task file's ``metrics`` must be among them)."""
-        from mtft.evaluation.metrics import METRICS
+        from mtft.metrics.common import METRICS
 
         return tuple(METRICS)
 
@@ -263,7 +263,7 @@ class Task:
         return None
 
     def compute_metrics(self, predictions: Sequence, references: Sequence) -> dict[str, float]:
-        from mtft.evaluation.metrics import compute
+        from mtft.metrics.common import compute
 
         return {name: compute(name, predictions, references) for name in self.metrics}
 

@@ -2,7 +2,7 @@
 
 Binary F1 needs its positive class, and guessing it (the second name? the rarer one?) silently scores the wrong
 class; the task names it in its settings (``positive_label: equivalent``), checked against the label names of
-the data. Every other metric is the sequence-classification registry's (:data:`mtft.evaluation.metrics.METRICS`).
+the data. Every other metric is the sequence-classification registry's (:data:`mtft.metrics.common.METRICS`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Optional, Sequence
 import datasets
 from pydantic import BaseModel, ConfigDict, Field
 
-from mtft.errors import DataError
-from mtft.evaluation.metrics import METRICS, compute, f1
+from mtft.core.errors import DataError
+from mtft.metrics.common import METRICS, compute, f1
 from mtft.tasks.base import Task
 
 

@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 import yaml
 
-from mtft.errors import ConfigError
+from mtft.core.errors import ConfigError
 from mtft.tasks.base import Task
 from mtft.tasks.kinds import task_kind
 

@@ -25,7 +25,7 @@ from typing import Any, Literal, Optional, Sequence
 import datasets
 from pydantic import BaseModel, ConfigDict, Field
 
-from mtft.errors import ConfigError, DataError
+from mtft.core.errors import ConfigError, DataError
 from mtft.tasks.base import Task, unique_by_id
 
 logger = logging.getLogger("mtft")
@@ -132,7 +132,7 @@ class ExtractiveQATask(Task):
         return None
 
     def compute_metrics(self, predictions: Sequence, references: Sequence) -> dict[str, float]:
-        from mtft.evaluation.squad import squad_scores
+        from mtft.metrics.squad import squad_scores
 
         scores = squad_scores(predictions, references)
         return {name: scores[name] for name in self.metrics}

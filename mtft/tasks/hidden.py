@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from mtft.errors import DataError
+from mtft.core.labels import IGNORE_INDEX
+from mtft.core.errors import DataError
 
-HIDDEN_ENCODED = -100  # the encoded label of a hidden row: IGNORE_INDEX, no loss
+HIDDEN_ENCODED = IGNORE_INDEX  # the encoded label of a hidden row: no loss
 
 
 class HiddenLabelsError(DataError):

@@ -22,7 +22,7 @@ from typing import Any, Iterator, Optional, Sequence
 import datasets
 from pydantic import BaseModel, ConfigDict, Field
 
-from mtft.errors import DataError
+from mtft.core.errors import DataError
 from mtft.tasks.base import Task
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
-from mtft.errors import ConfigError
+from mtft.core.errors import ConfigError
 from mtft.tasks.base import Task
 from mtft.tasks.declarative import load_task_file
 

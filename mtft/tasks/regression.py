@@ -1,7 +1,7 @@
 """Regression tasks (GLUE STS-B): a number per example, predicted by the ``regression`` head.
 
 Labels are read as floats from a numeric column; there are no label names. Predictions are numbers, scored with
-Pearson and Spearman correlation (:mod:`mtft.evaluation.metrics`).
+Pearson and Spearman correlation (:mod:`mtft.metrics.common`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, Optional, Sequence
 
 import datasets
 
-from mtft.errors import DataError
+from mtft.core.errors import DataError
 from mtft.tasks.base import Task, unique_by_id
 from mtft.tasks.hidden import HIDDEN_ENCODED, check_not_hidden, hidden_rows
 

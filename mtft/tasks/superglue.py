@@ -21,10 +21,10 @@ from typing import Any, Iterator, Optional, Sequence
 
 import datasets
 
-from mtft.errors import DataError
-from mtft.evaluation.diagnostics import gender_parity
-from mtft.evaluation.metrics import accuracy
-from mtft.evaluation.superglue import multirc_scores, record_scores
+from mtft.core.errors import DataError
+from mtft.metrics.diagnostics import gender_parity
+from mtft.metrics.common import accuracy
+from mtft.metrics.superglue import multirc_scores, record_scores
 from mtft.tasks.base import Task, unique_by_id
 from mtft.tasks.hidden import HIDDEN_ENCODED, check_not_hidden, is_hidden
 from mtft.tasks.spans import CharSpan, mark_char_spans, word_span

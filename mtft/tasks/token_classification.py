@@ -18,8 +18,8 @@ from typing import Any, Literal, Optional, Sequence
 import datasets
 from pydantic import BaseModel, ConfigDict, Field
 
-from mtft.errors import DataError
-from mtft.models.heads import IGNORE_INDEX
+from mtft.core.errors import DataError
+from mtft.core.labels import IGNORE_INDEX
 from mtft.tasks.base import Task, unique_by_id
 
 logger = logging.getLogger("mtft")
@@ -91,7 +91,7 @@ class TokenClassificationTask(Task):
         return None
 
     def compute_metrics(self, predictions: Sequence, references: Sequence) -> dict[str, float]:
-        from mtft.evaluation.seqeval_metrics import entity_f1
+        from mtft.metrics.seqeval_metrics import entity_f1
 
         scores = entity_f1(predictions, references, mode=self.options.seqeval_mode)
         return {name: scores[name] for name in self.metrics}

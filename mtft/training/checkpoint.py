@@ -19,8 +19,8 @@ from typing import Any, Optional
 import torch
 from safetensors.torch import load_file, save_file
 
-from mtft.errors import CheckpointError
-from mtft.training.distributed import barrier
+from mtft.core.errors import CheckpointError
+from mtft.core.distributed import barrier
 
 MARKER = "COMPLETE"
 ENGINE_TAG = "engine"

@@ -23,7 +23,7 @@ import torch
 
 from mtft.gradients import PerObjectiveGradients
 from mtft.pareto import SolverInputError
-from mtft.training.distributed import all_reduce_sum
+from mtft.core.distributed import all_reduce_sum
 from mtft.training.step import StepResult
 from mtft.weighting import Weighting
 

@@ -9,11 +9,12 @@ from typing import Any, Optional
 import torch
 import yaml
 
+from mtft.config.paths import cache_dir
 from mtft.config.schema import RunConfig
 from mtft.adapters.methods import apply_method
 from mtft.adapters.multi_lora import multi_lora_layers
 from mtft.data.pipeline import PreparedData
-from mtft.errors import ConfigError
+from mtft.core.errors import ConfigError
 from mtft.models.backbone import build_encoder
 from mtft.models.heads import build_head
 from mtft.models.multitask import MultiTaskModel
@@ -22,10 +23,6 @@ from mtft.training import checkpoint as ckpt
 
 # Keys that may differ between an interrupted run and its resumption.
 _RESUME_FREE_KEYS = {("run", "resume"), ("run", "overwrite"), ("logging", "progress_bar")}
-
-
-def cache_dir(config: RunConfig) -> Path:
-    return Path(config.data.cache_dir or os.environ.get("MTFT_CACHE") or Path.home() / ".cache" / "mtft")
 
 
 def make_tokenizer_factory(config: RunConfig):

@@ -18,7 +18,7 @@ from typing import Iterable
 
 import torch
 
-from mtft.training.distributed import all_reduce_sum
+from mtft.core.distributed import all_reduce_sum
 from mtft.weighting import Weighting
 
 

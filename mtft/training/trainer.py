@@ -23,17 +23,17 @@ from mtft.config.schema import RunConfig
 from mtft.data.batching import BatchBuilder
 from mtft.data.pipeline import PreparedData, prepare_data
 from mtft.data.sampler import MultiObjectiveSampler, mixing_probabilities
-from mtft.errors import CheckpointError, ConfigError
+from mtft.core.errors import CheckpointError, ConfigError
 from mtft.evaluation.evaluate import Evaluation, evaluate
 from mtft.forgetting import build_monitor
 from mtft.forgetting.monitor import prepare_forgetting
-from mtft.forgetting.pretrain import pretrained_backbone
+from mtft.training.pretrain import pretrained_backbone
 from mtft.forgetting.report import monitor_sections
-from mtft.models.from_run import save_encoder_files
+from mtft.training.restore import save_encoder_files
 from mtft.reporting.logs import MetricsLog, add_file_log, logger, setup_console_logging
 from mtft.reporting.report import write_report
 from mtft.training import checkpoint as ckpt
-from mtft.training.distributed import barrier, init_distributed
+from mtft.core.distributed import barrier, init_distributed
 from mtft.training.engine import deepspeed_config, initialize
 from mtft.training.gram_step import GramWeightedStep
 from mtft.training.setup import (

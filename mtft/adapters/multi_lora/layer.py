@@ -4,7 +4,7 @@ PEFT routes mixed batches only at inference (``adapter_names=``) and loops over 
 once for the whole batch and every row's own B is applied by one batched matrix product, so a mixed batch
 trains all tasks at once. The layout is PEFT's: ``lora_A`` (r × in) is the input side, ``lora_B.weight[i]``
 (out × r) the output side of adapter slot i. A slot is a task (``route_by="task"``, the default) or a loss
-objective (``route_by="objective"``), read from the rows' :func:`~mtft.models.rows.labelled_rows` declaration.
+objective (``route_by="objective"``), read from the rows' :func:`~mtft.core.rows.labelled_rows` declaration.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Literal, Optional
 import torch
 from torch import nn
 
-from mtft.models.rows import row_labels
+from mtft.core.rows import row_labels
 
 
 class RoutedLoraB(nn.Module):

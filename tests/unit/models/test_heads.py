@@ -11,7 +11,7 @@ from mtft.models.heads import IGNORE_INDEX, SequenceClassificationHead, build_he
 from mtft.models.multitask import MultiTaskModel
 from mtft.models.qa_head import QuestionAnsweringHead
 from mtft.models.token_head import TokenClassificationHead
-from tests.test_model import tiny_model
+from tests.unit.models.test_model import tiny_model
 
 
 def builder_for(kinds: list[str], pad_id: int = 1) -> BatchBuilder:

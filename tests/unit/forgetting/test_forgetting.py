@@ -12,7 +12,7 @@ from transformers import AutoModel, AutoModelForMaskedLM, XLMRobertaConfig
 from mtft.adapters.multi_lora import MultiLoraConfig, inject_multi_lora, multi_lora_layers
 from mtft.config import validate_config
 from mtft.forgetting.corpus import build_eval_set
-from mtft.forgetting.displacement import FullDisplacement, LoraDisplacement
+from mtft.adapters.displacement import FullDisplacement, LoraDisplacement
 from mtft.forgetting.hessian import LpObjective, lanczos, power_iteration
 from mtft.forgetting.mlm import attach_head, eager_attention, lp_per_language
 from mtft.forgetting.monitor import budget_alpha

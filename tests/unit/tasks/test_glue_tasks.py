@@ -15,9 +15,9 @@ from mtft.config import validate_config
 from mtft.data.batching import BatchBuilder
 from mtft.data.pipeline import prepare_data
 from mtft.data.sources import load_split
-from mtft.errors import ConfigError, DataError
+from mtft.core.errors import ConfigError, DataError
 from mtft.evaluation.evaluate import evaluate
-from mtft.models.heads import IGNORE_INDEX
+from mtft.core.labels import IGNORE_INDEX
 from mtft.models.tokenizer import tiny_tokenizer
 from mtft.tasks import DatasetRef, discover_tasks
 from mtft.tasks.hidden import HIDDEN_ENCODED, HiddenLabelsError

@@ -14,7 +14,7 @@ import pytest
 from mtft.config import validate_config
 from mtft.data.pipeline import prepare_data
 from mtft.data.sources import load_split
-from mtft.errors import ConfigError, DataError
+from mtft.core.errors import ConfigError, DataError
 from mtft.models.tokenizer import tiny_tokenizer
 from mtft.tasks import DatasetRef, discover_tasks
 from tests.conftest import REPO

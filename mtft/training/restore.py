@@ -18,7 +18,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer
 from mtft.adapters.methods import apply_method
 from mtft.config import load_config
 from mtft.config.schema import RunConfig
-from mtft.errors import CheckpointError, UserError
+from mtft.core.errors import CheckpointError, UserError
 from mtft.models.heads import build_head
 from mtft.models.multitask import MultiTaskModel
 from mtft.training.checkpoint import MARKER, latest_checkpoint

@@ -8,7 +8,7 @@ import pytest
 
 from mtft.config import RunConfig, load_config
 from mtft.config.load import parse_override, set_dotted
-from mtft.errors import ConfigError
+from mtft.core.errors import ConfigError
 from tests.conftest import REPO, run_cli
 
 SHIPPED = sorted((REPO / "configs").rglob("*.yaml"))

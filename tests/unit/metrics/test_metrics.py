@@ -12,10 +12,10 @@ from scipy.stats import pearsonr, spearmanr
 from seqeval.scheme import IOB2
 from sklearn.metrics import f1_score, matthews_corrcoef
 
-from mtft.evaluation import metrics as M
-from mtft.evaluation.seqeval_metrics import entity_f1
-from mtft.evaluation.squad import exact_match, f1 as squad_f1, normalize_answer, squad_scores
-from mtft.evaluation.superglue import cb_scores, multirc_scores, record_scores
+from mtft.metrics import common as M
+from mtft.metrics.seqeval_metrics import entity_f1
+from mtft.metrics.squad import exact_match, f1 as squad_f1, normalize_answer, squad_scores
+from mtft.metrics.superglue import cb_scores, multirc_scores, record_scores
 
 approx = pytest.approx
 

@@ -29,10 +29,12 @@ from typing import Callable, Optional
 import torch
 from transformers import AutoModelForMaskedLM
 
+from mtft.config.deepspeed import zero_stage
 from mtft.config.load import config_to_yaml
+from mtft.config.paths import cache_dir
 from mtft.config.schema import RunConfig, WeightingSection
 from mtft.data.sources import resolve_source
-from mtft.errors import ConfigError
+from mtft.core.errors import ConfigError
 from mtft.forgetting.corpus import build_eval_set, corpus_path, corpus_texts, masking_collator, packed_blocks
 from mtft.forgetting.mlm import load_mlm_model, lp_per_language, split_mlm_model, MaskedLM
 from mtft.models.backbone import tiny_config
@@ -41,8 +43,8 @@ from mtft.reporting.logs import MetricsLog, add_file_log, logger, setup_console_
 from mtft.tasks.base import DatasetRef
 from mtft.tasks.registry import discover_tasks, get_task
 from mtft.training import checkpoint as ckpt
-from mtft.training.distributed import ProcessInfo, barrier, init_distributed
-from mtft.training.engine import initialize, read_deepspeed_json
+from mtft.core.distributed import ProcessInfo, barrier, init_distributed
+from mtft.training.engine import initialize
 
 PRETRAIN_VERSION = "2"  # bump when pre-training changes what it produces, to invalidate cached checkpoints
 MARKER = "COMPLETE"
@@ -53,8 +55,7 @@ class Pretraining:
 
     def __init__(self, config: RunConfig, languages: list[str], proc: ProcessInfo):
         self.config, self.languages, self.proc = config, languages, proc
-        stage = read_deepspeed_json(config.training.deepspeed_config).get("zero_optimization", {}).get("stage", 0)
-        if stage == 3:
+        if zero_stage(config) == 3:
             raise ConfigError("pre-training evaluates L_p on full weights; use ZeRO stage 0-2, not 3 "
                               f"(from {config.training.deepspeed_config})")
         p = config.pretrain
@@ -62,8 +63,6 @@ class Pretraining:
         texts = {lang: corpus_texts(config, lang, config.corpus.train_split) for lang in languages}
         model = config.model
         if model.backbone == "tiny":
-            from mtft.training.setup import cache_dir
-
             self.tokenizer = tiny_tokenizer([t for ts in texts.values() for t in ts], model.tiny.vocab_size,
                                             cache_dir(config))
             self.mlm_config = tiny_config(model, self.tokenizer, max(self.block_size, config.data.max_length))
@@ -204,8 +203,6 @@ def pretrained_backbone(config: RunConfig, proc: ProcessInfo) -> RunConfig:
     if not config.pretrain.before_finetune:
         return config
     quiet_progress()
-    from mtft.training.setup import cache_dir
-
     languages = config.corpus.languages or task_languages(config)
     folder = cache_dir(config) / "pretrained" / prelude_key(config, languages)
     if (folder / MARKER).is_file():

@@ -12,9 +12,9 @@ from safetensors.torch import load_file
 from transformers import AutoModel, AutoTokenizer
 
 from mtft.models.heads import build_head
-from mtft.models.from_run import load_run
+from mtft.training.restore import load_run
 from tests.conftest import demo_overrides, run_cli
-from tests.test_distributed import second_task
+from tests.e2e.test_distributed import second_task
 
 pytestmark = pytest.mark.slow
 

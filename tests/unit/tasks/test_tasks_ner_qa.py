@@ -14,10 +14,10 @@ import datasets
 import pytest
 
 from mtft.data.pipeline import load_task_split
-from mtft.errors import ConfigError, DataError
+from mtft.core.errors import ConfigError, DataError
 from mtft.fixtures import tydiqa as tydiqa_fixture
 from mtft.fixtures import wikiann as wikiann_fixture
-from mtft.models.heads import IGNORE_INDEX
+from mtft.core.labels import IGNORE_INDEX
 from mtft.models.tokenizer import tiny_tokenizer
 from mtft.tasks import discover_tasks
 from mtft.tasks.extractive_qa import NOT_CONTEXT, answer_span, best_spans

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from mtft.models.choice_head import CandidateScoringHead, MultipleChoiceHead, choice_layout
-from mtft.models.heads import IGNORE_INDEX, build_head
+from mtft.core.labels import IGNORE_INDEX
+from mtft.models.heads import build_head
 from mtft.models.regression_head import RegressionHead
 
 HIDDEN = 8

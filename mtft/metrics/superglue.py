@@ -16,8 +16,8 @@ from typing import Hashable, Sequence
 
 from sklearn.metrics import f1_score
 
-from mtft.evaluation.metrics import accuracy, macro_f1
-from mtft.evaluation.squad import squad_scores
+from mtft.metrics.common import accuracy, macro_f1
+from mtft.metrics.squad import squad_scores
 
 _TRUE = {True, 1, "true", "True", "1"}
 _FALSE = {False, 0, "false", "False", "0"}

@@ -55,7 +55,7 @@ RESUME_RUN = {"checkpointing.every_steps": 10, "evaluation.every_steps": 10,
 
 def kill_run(mode: str, step: int, out: Path) -> subprocess.CompletedProcess:
     args = ["--config", "configs/demo.yaml", *demo_overrides(out, 30, **RESUME_RUN)]
-    return subprocess.run([sys.executable, "tests/helpers/kill_during_run.py", mode, str(step), *args],
+    return subprocess.run([sys.executable, "tests/e2e/helpers/kill_during_run.py", mode, str(step), *args],
                           cwd=REPO, capture_output=True, text=True, env=clean_env(OMP_NUM_THREADS="2"), timeout=600)
 
 

@@ -14,8 +14,8 @@ their ``metrics`` tuple and :func:`compute` dispatches: ``accuracy``, ``macro_f1
 
 * :func:`f1` — binary F1 needs the positive label (GLUE MRPC "equivalent", QQP "duplicate"); pass ``positive``
   or ``label_names`` (then the label at index 1, as GLUE's ClassLabel order puts the positive class there).
-* :mod:`mtft.evaluation.seqeval_metrics` (WikiANN entity F1), :mod:`mtft.evaluation.squad` (TyDiQA EM/F1),
-  :mod:`mtft.evaluation.superglue` (MultiRC grouped by question, ReCoRD max over gold, CB).
+* :mod:`mtft.metrics.seqeval_metrics` (WikiANN entity F1), :mod:`mtft.metrics.squad` (TyDiQA EM/F1),
+  :mod:`mtft.metrics.superglue` (MultiRC grouped by question, ReCoRD max over gold, CB).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from mtft.pareto import SolverInputError
 from mtft.training.gram_step import GramWeightedStep
 from mtft.training.step import LossWeightedStep
 from mtft.weighting import MeanWeighting, Weighting
-from tests.test_model import tiny_model
+from tests.unit.models.test_model import tiny_model
 
 TEXTS = ["alpha beta", "gamma delta epsilon zeta eta theta", "zeta", "eta theta alpha", "beta",
          "delta delta alpha beta gamma", "theta", "alpha alpha"]

@@ -1,0 +1,57 @@
+"""The DeepSpeed JSON a run names: read and checked before anything starts, and the precision it resolves to.
+
+The run config owns batch sizes, accumulation, clipping and precision; the DeepSpeed JSON owns ZeRO and
+communication settings. A key set in both places is an error rather than a silent precedence rule.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from mtft.config.schema import RunConfig, TrainingSection
+from mtft.core.errors import ConfigError
+
+RUN_CONFIG_OWNS = {
+    "train_batch_size": "training.micro_batch_size × gradient_accumulation_steps × processes",
+    "train_micro_batch_size_per_gpu": "training.micro_batch_size",
+    "gradient_accumulation_steps": "training.gradient_accumulation_steps",
+    "gradient_clipping": "training.gradient_clipping",
+    "bf16": "training.precision",
+    "fp16": "training.precision",
+    "optimizer": "training.optimizer",
+    "scheduler": "training.scheduler",
+}
+
+
+def read_deepspeed_json(path: str) -> dict[str, Any]:
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"training.deepspeed_config: file not found: {path}")
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: malformed JSON (line {exc.lineno}): {exc.msg}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a DeepSpeed config must be a JSON object")
+    clashes = sorted(set(data) & set(RUN_CONFIG_OWNS))
+    if clashes:
+        owners = "; ".join(f"{k} comes from {RUN_CONFIG_OWNS[k]}" for k in clashes)
+        raise ConfigError(f"{path}: remove {', '.join(clashes)} from the DeepSpeed JSON ({owners})")
+    return data
+
+
+def use_bf16(training: TrainingSection) -> bool:
+    supported = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if training.precision == "bf16" and not supported:
+        raise ConfigError("training.precision=bf16 needs a GPU with bf16 support; use auto or fp32 here")
+    return training.precision == "bf16" or (training.precision == "auto" and supported)
+
+
+
+def zero_stage(config: RunConfig) -> int:
+    """The ZeRO stage of the run's DeepSpeed JSON (0 when it sets none)."""
+    return int(read_deepspeed_json(config.training.deepspeed_config).get("zero_optimization", {}).get("stage", 0))
