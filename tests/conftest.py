@@ -66,6 +66,15 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+BASE_CONFIG = "tests/e2e/base.yaml"
+
+
+def base_overrides(out: Path, steps: int, **extra) -> list[str]:
+    """Overrides of the e2e base run (:data:`BASE_CONFIG`): output in ``out``, ``steps`` steps, plus ``extra``."""
+    values = {"run.output_dir": str(out), "training.max_steps": steps, **extra}
+    return [f"{k}={v}" for k, v in values.items()]
+
+
 def demo_overrides(out: Path, steps: int, **extra) -> list[str]:
     """A shortened demo: fewer steps, a shorter pre-training of the backbone (one per test session, cached),
     no progress bar, output in ``out``."""

@@ -203,18 +203,17 @@ class WeightingSection(Section):
     @field_validator("method")
     @classmethod
     def _known_method(cls, value: str) -> str:
-        from mtft.weighting import WEIGHTINGS
+        from mtft.weighting import weighting_class
 
-        if value not in WEIGHTINGS:
-            raise ValueError(f"unknown weighting {value!r}; valid choices: {', '.join(sorted(WEIGHTINGS))}")
+        weighting_class(value)  # ValueError naming the valid choices
         return value
 
     @model_validator(mode="after")
     def _options_accepted(self) -> "WeightingSection":
-        from mtft.weighting import WEIGHTINGS
+        from mtft.weighting import weighting_class
 
         try:
-            WEIGHTINGS[self.method](**self.options)
+            weighting_class(self.method)(**self.options)
         except (TypeError, ValueError) as error:
             raise ValueError(f"options {self.options} do not fit weighting {self.method!r}: {error}") from None
         return self
@@ -458,9 +457,9 @@ class RunConfig(Section):
 
     @model_validator(mode="after")
     def _gram_weighting_supports_adapter(self) -> "RunConfig":
-        from mtft.weighting import WEIGHTINGS
+        from mtft.weighting import weighting_class
 
-        if self.model.adapter.method == "lora" and WEIGHTINGS[self.weighting.method].needs_gram:
+        if self.model.adapter.method == "lora" and weighting_class(self.weighting.method).needs_gram:
             # PEFT applies each adapter to a sub-batch of its own rows (x[rows] -> lora_A -> lora_B), so the
             # per-objective gradient hooks, which attribute the rows of a layer's whole input, cannot see them.
             raise ValueError(

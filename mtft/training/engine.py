@@ -17,12 +17,12 @@ from mtft.core.errors import ConfigError
 
 
 def deepspeed_config(config: RunConfig, world_size: int) -> dict[str, Any]:
-    from mtft.weighting import WEIGHTINGS
+    from mtft.weighting import weighting_class
 
     training = config.training
     ds = read_deepspeed_json(training.deepspeed_config)
     micro, accumulation = training.micro_batch_size, training.gradient_accumulation_steps
-    if WEIGHTINGS[config.weighting.method].needs_gram:
+    if weighting_class(config.weighting.method).needs_gram:
         stage = ds.get("zero_optimization", {}).get("stage", 0)
         if stage == 3:
             raise ConfigError(

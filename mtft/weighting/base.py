@@ -49,5 +49,12 @@ class MeanWeighting(Weighting):
         return np.full(len(losses), 1.0 / len(losses))
 
 
+def weighting_class(name: str) -> type[Weighting]:
+    """The class selected by ``weighting.method``; ValueError naming the valid choices."""
+    if name not in WEIGHTINGS:
+        raise ValueError(f"unknown weighting {name!r}; valid choices: {', '.join(sorted(WEIGHTINGS))}")
+    return WEIGHTINGS[name]
+
+
 def build_weighting(name: str, options: Optional[dict] = None) -> Weighting:
-    return WEIGHTINGS[name](**(options or {}))
+    return weighting_class(name)(**(options or {}))
