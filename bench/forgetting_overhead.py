@@ -4,7 +4,8 @@
 
 Runs the demo config (pre-trained tiny encoder, Multi-LoRA, LF-MLF; or full fine-tuning at lr 1e-3) with the monitors
 off and on -- defaults of the ``forgetting`` section, i.e. Σ||Δθ_k||² and ||θ − θ_p|| every step, F_p, the
-bounds and the second-order prediction every ``forgetting.every_steps`` (its default) and at the end, no probe -- alternating A/B so that load
+bounds and the second-order prediction every ``forgetting.every_steps`` (its default) and at the end, no probe --
+alternating A/B so that load
 on the machine hits both alike. λ_p and the pre-trained backbone come from the cache (a warm-up run fills it:
 λ_p is computed once per checkpoint, not per run). "training" is the loop plus the monitors' final
 measurement (``Run._train`` + ``monitor.end``); "run" is everything ``Run.execute`` does. Prints the ratios.
@@ -53,15 +54,27 @@ def main() -> int:
         current["loop"] += time.perf_counter() - start
 
     Run._train, ForgettingMonitor.end = timed_train, timed_end
-    extra = ["model.adapter.method=full", "training.optimizer.lr=1e-3", "model.dropout=0.1"] \
-        if args.method == "full" else []  # multi_lora: the demo as it is
+    extra = (
+        ["model.adapter.method=full", "training.optimizer.lr=1e-3", "model.dropout=0.1"]
+        if args.method == "full"
+        else []
+    )  # multi_lora: the demo as it is
     every = ForgettingSection.model_fields["every_steps"].default  # the default, not the demo's 50
     with tempfile.TemporaryDirectory() as tmp:
+
         def run(label: str, enabled: bool, record: bool = True) -> None:
-            overrides = [f"run.output_dir={tmp}/{label}", "run.overwrite=true", "logging.progress_bar=false",
-                         f"training.max_steps={args.steps}", "evaluation.every_steps=null",
-                         "checkpointing.every_steps=null", f"forgetting.enabled={str(enabled).lower()}",
-                         f"forgetting.every_steps={every}", "forgetting.probe.gammas=[]", *extra]
+            overrides = [
+                f"run.output_dir={tmp}/{label}",
+                "run.overwrite=true",
+                "logging.progress_bar=false",
+                f"training.max_steps={args.steps}",
+                "evaluation.every_steps=null",
+                "checkpointing.every_steps=null",
+                f"forgetting.enabled={str(enabled).lower()}",
+                f"forgetting.every_steps={every}",
+                "forgetting.probe.gammas=[]",
+                *extra,
+            ]
             config = load_config(REPO / "configs/demo.yaml", overrides)
             current["loop"] = 0.0
             start = time.perf_counter()
@@ -75,8 +88,10 @@ def main() -> int:
         for _ in range(args.repeats):
             run("off", False)
             run("on", True)
-    print(f"\nforgetting monitors, {args.method}, {args.steps} steps, defaults (every_steps={every}, no probe); "
-          f"median of {args.repeats} alternating runs\n")
+    print(
+        f"\nforgetting monitors, {args.method}, {args.steps} steps, defaults (every_steps={every}, no probe); "
+        f"median of {args.repeats} alternating runs\n"
+    )
     print("| | monitors off (s) | monitors on (s) | on ÷ off |")
     print("|---|---:|---:|---:|")
     for part in ("training", "run"):

@@ -42,9 +42,16 @@ from mtft.weighting import MeanWeighting, build_weighting  # noqa: E402
 
 def build(num_objectives: int, hidden: int, layers: int, seed: int = 0):
     torch.manual_seed(seed)
-    config = XLMRobertaConfig(vocab_size=8000, hidden_size=hidden, num_hidden_layers=layers,
-                              num_attention_heads=max(1, hidden // 64), intermediate_size=4 * hidden,
-                              max_position_embeddings=130, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    config = XLMRobertaConfig(
+        vocab_size=8000,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=max(1, hidden // 64),
+        intermediate_size=4 * hidden,
+        max_position_embeddings=130,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     encoder = AutoModel.from_config(config, add_pooling_layer=False)
     head = SequenceClassificationHead(hidden, ["a", "b", "c"], 0.0)  # one task, T languages share its head
     return MultiTaskModel(encoder, {"nli": head}, num_objectives)
@@ -56,9 +63,13 @@ def make_batch(num_objectives: int, batch: int, length: int, seed: int = 0):
     ids = torch.randint(5, 8000, (batch, length), generator=g)
     mask = (torch.arange(length)[None, :] < lengths[:, None]).long()
     ids = torch.where(mask.bool(), ids, torch.ones_like(ids))  # padding id 1, as in XLM-R
-    return {"input_ids": ids, "attention_mask": mask, "labels": torch.randint(0, 3, (batch,), generator=g),
-            "head_index": torch.zeros(batch, dtype=torch.long),
-            "objective_index": torch.arange(batch) % num_objectives}
+    return {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "labels": torch.randint(0, 3, (batch,), generator=g),
+        "head_index": torch.zeros(batch, dtype=torch.long),
+        "objective_index": torch.arange(batch) % num_objectives,
+    }
 
 
 class NaiveStep(GramWeightedStep):
@@ -70,16 +81,17 @@ class NaiveStep(GramWeightedStep):
         sums, counts = self.module(**batch)
         grads = []
         for t in range(self.num_objectives):
-            g = torch.autograd.grad(sums[t] / counts[t], params, retain_graph=t < self.num_objectives - 1,
-                                    allow_unused=True)
+            g = torch.autograd.grad(
+                sums[t] / counts[t], params, retain_graph=t < self.num_objectives - 1, allow_unused=True
+            )
             grads.append(torch.cat([(torch.zeros_like(p) if x is None else x).reshape(-1) for x, p in zip(g, params)]))
         flat = torch.stack(grads)
         gram = (flat @ flat.t()).double().numpy()
         w = torch.as_tensor(self.weighting(np.zeros(self.num_objectives), gram))
-        combined = (w.to(flat.dtype) @ flat)
+        combined = w.to(flat.dtype) @ flat
         offset, surrogate = 0, 0.0
         for p in params:
-            surrogate = surrogate + (p * combined[offset: offset + p.numel()].view_as(p)).sum()
+            surrogate = surrogate + (p * combined[offset : offset + p.numel()].view_as(p)).sum()
             offset += p.numel()
         self.engine.backward(surrogate)
         self.engine.step()
@@ -90,12 +102,22 @@ def engine_for(model, lr=1e-5):
     import deepspeed
 
     if not torch.distributed.is_initialized():
-        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=os.environ.get("MASTER_PORT", "29581"))
+        os.environ.update(
+            RANK="0",
+            LOCAL_RANK="0",
+            WORLD_SIZE="1",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=os.environ.get("MASTER_PORT", "29581"),
+        )
         deepspeed.init_distributed(verbose=False)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    config = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
-              "zero_optimization": {"stage": 0}, "zero_allow_untested_optimizer": True, "steps_per_print": 10**9}
+    config = {
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1,
+        "zero_optimization": {"stage": 0},
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 10**9,
+    }
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
     return engine
 
@@ -127,11 +149,31 @@ def time_steps(args) -> dict[str, float]:
 
 def peak_memory(args, kind: str) -> float:
     """Resident-set growth (MiB) of a fresh process running ``kind`` steps."""
-    command = [sys.executable, __file__, "--memory-of", kind, "--objectives", str(args.objectives),
-               "--hidden", str(args.hidden), "--layers", str(args.layers), "--batch", str(args.batch),
-               "--length", str(args.length), "--steps", "2"]
-    out = subprocess.run(command, capture_output=True, text=True, check=True,
-                         env={**os.environ, "MASTER_PORT": str(29600 + args.objectives)})
+    command = [
+        sys.executable,
+        __file__,
+        "--memory-of",
+        kind,
+        "--objectives",
+        str(args.objectives),
+        "--hidden",
+        str(args.hidden),
+        "--layers",
+        str(args.layers),
+        "--batch",
+        str(args.batch),
+        "--length",
+        str(args.length),
+        "--steps",
+        "2",
+    ]
+    out = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "MASTER_PORT": str(29600 + args.objectives)},
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])["peak_growth_mib"]
 
 
@@ -180,11 +222,15 @@ def main() -> None:
         args.objectives = args.objectives[0] if isinstance(args.objectives, list) else args.objectives
         return memory_child(args)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1)))
-    print(f"model: XLM-R-style encoder, hidden {args.hidden}, {args.layers} layers, vocab 8000; batch "
-          f"{args.batch} x {args.length} tokens (padded); medians of {args.steps} (naive: {args.naive_steps}) "
-          f"interleaved timed steps; {torch.get_num_threads()} threads\n")
-    print("| T | plain step (ms) | LF-MLF step (ms) | LF-MLF ÷ plain | naive T-backward ÷ plain | "
-          "peak memory LF-MLF ÷ plain | naive ÷ plain |")
+    print(
+        f"model: XLM-R-style encoder, hidden {args.hidden}, {args.layers} layers, vocab 8000; batch "
+        f"{args.batch} x {args.length} tokens (padded); medians of {args.steps} (naive: {args.naive_steps}) "
+        f"interleaved timed steps; {torch.get_num_threads()} threads\n"
+    )
+    print(
+        "| T | plain step (ms) | LF-MLF step (ms) | LF-MLF ÷ plain | naive T-backward ÷ plain | "
+        "peak memory LF-MLF ÷ plain | naive ÷ plain |"
+    )
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for t in args.objectives:
         one = argparse.Namespace(**{**vars(args), "objectives": t})
@@ -194,8 +240,11 @@ def main() -> None:
         else:
             plain_mem = peak_memory(one, "plain")
             mem = tuple(f"{peak_memory(one, k) / plain_mem:.2f}×" for k in ("lfmlf", "naive"))
-        print(f"| {t} | {med['plain'] * 1e3:.1f} | {med['lfmlf'] * 1e3:.1f} | {med['lfmlf'] / med['plain']:.3f}× | "
-              f"{med['naive'] / med['plain']:.2f}× | {mem[0]} | {mem[1]} |", flush=True)
+        print(
+            f"| {t} | {med['plain'] * 1e3:.1f} | {med['lfmlf'] * 1e3:.1f} | {med['lfmlf'] / med['plain']:.3f}× | "
+            f"{med['naive'] / med['plain']:.2f}× | {mem[0]} | {mem[1]} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -34,9 +34,16 @@ from mtft.models.multitask import MultiTaskModel  # noqa: E402
 
 def build(kind: str, tasks: int, hidden: int, layers: int, r: int, targets: list[str]) -> MultiTaskModel:
     torch.manual_seed(0)
-    config = XLMRobertaConfig(vocab_size=8000, hidden_size=hidden, num_hidden_layers=layers,
-                              num_attention_heads=max(1, hidden // 64), intermediate_size=4 * hidden,
-                              max_position_embeddings=260, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    config = XLMRobertaConfig(
+        vocab_size=8000,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=max(1, hidden // 64),
+        intermediate_size=4 * hidden,
+        max_position_embeddings=260,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     encoder = AutoModel.from_config(config, add_pooling_layer=False)
     names = [f"task{i}" for i in range(tasks)]
     if kind == "multi_lora":
@@ -53,9 +60,13 @@ def build(kind: str, tasks: int, hidden: int, layers: int, r: int, targets: list
 def make_batch(tasks: int, batch: int, length: int) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
     task = torch.arange(batch) % tasks  # every task in every batch, interleaved as a sampler mixes them
-    return {"input_ids": torch.randint(5, 8000, (batch, length), generator=g),
-            "attention_mask": torch.ones(batch, length, dtype=torch.long),
-            "labels": torch.randint(0, 3, (batch,), generator=g), "head_index": task, "objective_index": task}
+    return {
+        "input_ids": torch.randint(5, 8000, (batch, length), generator=g),
+        "attention_mask": torch.ones(batch, length, dtype=torch.long),
+        "labels": torch.randint(0, 3, (batch,), generator=g),
+        "head_index": task,
+        "objective_index": task,
+    }
 
 
 def step_fn(model: MultiTaskModel, batch: dict):
@@ -85,8 +96,10 @@ def main() -> None:
     args = parser.parse_args()
     kinds = ["single", "multi_lora", "peft_loop"]
     batch = make_batch(args.tasks, args.batch, args.length)
-    steps = {k: step_fn(build(k, args.tasks, args.hidden, args.layers, args.r, args.targets.split(",")), batch)
-             for k in kinds}
+    steps = {
+        k: step_fn(build(k, args.tasks, args.hidden, args.layers, args.r, args.targets.split(",")), batch)
+        for k in kinds
+    }
     times = {k: [] for k in kinds}
     for k in kinds:  # warm-up
         steps[k]()
@@ -94,14 +107,18 @@ def main() -> None:
         for k in kinds:  # interleaved, so that drifts of a shared machine hit every kind alike
             times[k].append(steps[k]())
     median = {k: statistics.median(v) for k, v in times.items()}
-    print(f"k = {args.tasks} tasks, batch {args.batch} × {args.length} tokens, hidden {args.hidden}, "
-          f"{args.layers} layers, r = {args.r}, targets {args.targets}, {torch.get_num_threads()} threads, "
-          f"median of {args.steps} steps\n")
+    print(
+        f"k = {args.tasks} tasks, batch {args.batch} × {args.length} tokens, hidden {args.hidden}, "
+        f"{args.layers} layers, r = {args.r}, targets {args.targets}, {torch.get_num_threads()} threads, "
+        f"median of {args.steps} steps\n"
+    )
     print("| step | examples/s | ÷ single | ÷ peft_loop |")
     print("|---|---|---|---|")
     for k in kinds:
         throughput = args.batch / median[k]
-        print(f"| {k} | {throughput:.1f} | {median['single'] / median[k]:.3f} | {median['peft_loop'] / median[k]:.3f} |")
+        print(
+            f"| {k} | {throughput:.1f} | {median['single'] / median[k]:.3f} | {median['peft_loop'] / median[k]:.3f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -87,18 +87,26 @@ def main() -> None:
         ok_gap &= gap <= TARGET_REL_GAP
         if T == 48:
             ok_time = m_ours <= TARGET_MS_T48
-        rows.append(f"| {T} | {m_ours:.3f} | {m_param:.2f} | {m_call:.1f} | {m_param / m_ours:.0f}× "
-                    f"| {m_call / m_ours:.0f}× | {gap:.1e} |")
+        rows.append(
+            f"| {T} | {m_ours:.3f} | {m_param:.2f} | {m_call:.1f} | {m_param / m_ours:.0f}× "
+            f"| {m_call / m_ours:.0f}× | {gap:.1e} |"
+        )
 
-    print(f"Random problems, g_t ∈ R^(2T) (seed {args.seed}; {args.problems} problems per T, "
-          f"{args.percall} for cvxpy built per call)\n")
-    print("| T | ours (ms) | cvxpy, built once (ms) | cvxpy, built per call (ms) | ratio built once ÷ ours "
-          "| ratio per call ÷ ours | max (ours − cvxpy)/cvxpy |")
+    print(
+        f"Random problems, g_t ∈ R^(2T) (seed {args.seed}; {args.problems} problems per T, "
+        f"{args.percall} for cvxpy built per call)\n"
+    )
+    print(
+        "| T | ours (ms) | cvxpy, built once (ms) | cvxpy, built per call (ms) | ratio built once ÷ ours "
+        "| ratio per call ÷ ours | max (ours − cvxpy)/cvxpy |"
+    )
     print("|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     print(f"\nTarget median ≤ {TARGET_MS_T48} ms at T = 48: {'MET' if ok_time else 'NOT MET'}")
-    print(f"Target objective within {TARGET_REL_GAP:g} relative of cvxpy's (never worse): "
-          f"{'MET' if ok_gap else 'NOT MET'}")
+    print(
+        f"Target objective within {TARGET_REL_GAP:g} relative of cvxpy's (never worse): "
+        f"{'MET' if ok_gap else 'NOT MET'}"
+    )
 
     print("\nDegenerate families, exact solver only (median / max ms; fraction that fell back to Wolfe)\n")
     print("| T | rank-deficient (n = T/2) | fallback | ill-conditioned (σ 1e-8..1) | fallback |")

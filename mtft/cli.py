@@ -29,8 +29,11 @@ def train_parser() -> argparse.ArgumentParser:
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="override config values")
     parser.add_argument("--print-config", action="store_true", help="print the fully resolved config and exit")
     parser.add_argument("--resume", action="store_true", help="same as run.resume=true")
-    parser.add_argument("--prefetch", action="store_true",
-                        help="download and cache the config's datasets (and Hub backbone) for offline runs, then exit")
+    parser.add_argument(
+        "--prefetch",
+        action="store_true",
+        help="download and cache the config's datasets (and Hub backbone) for offline runs, then exit",
+    )
     # The deepspeed launcher appends --local_rank; LOCAL_RANK in the environment carries the same value.
     parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     return parser

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 from pathlib import Path
 from typing import Optional
 
@@ -22,8 +21,8 @@ import torch
 from peft.tuners.lora import LoraLayer
 from safetensors.torch import save_file
 
-from mtft.adapters.methods import multi_lora_config
-from mtft.adapters.multi_lora import MultiLoraLinear
+from mtft.adapters import METHODS, AdapterMethod
+from mtft.core.atomic import AtomicFolder, write_json
 from mtft.core.errors import CheckpointError
 from mtft.training.restore import LoadedRun, load_run
 
@@ -36,9 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--run", required=True, type=Path, help="the run directory (run.output_dir)")
     parser.add_argument("--out", required=True, type=Path, help="a new (or empty) directory to write into")
-    parser.add_argument("--checkpoint", type=Path, default=None,
-                        help="checkpoint folder to export (default: the run's newest complete checkpoint; "
-                        "<run>/best for the best one)")
+    parser.add_argument(
+        "--checkpoint",
+        type=Path,
+        default=None,
+        help="checkpoint folder to export (default: the run's newest complete checkpoint; <run>/best for the best one)",
+    )
     return parser
 
 
@@ -50,67 +52,69 @@ def main(args: argparse.Namespace) -> int:
 
 def export_run(run_dir: Path, out: Path, checkpoint: Optional[Path] = None) -> list[Path]:
     """Write every adapter of ``run_dir`` under ``out`` (which must not exist or be empty); return the
-    adapter directories. Written to ``out.partial`` and renamed, so a failure leaves nothing behind."""
+    adapter directories. Written as one atomic folder (:mod:`mtft.core.atomic`): a failure leaves nothing behind."""
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise CheckpointError(f"export directory {out} exists and is not empty; choose another --out")
     run = load_run(run_dir, checkpoint)
     method = run.config.model.adapter.method
-    if method not in ("multi_lora", "lora"):
-        raise CheckpointError(f"{run_dir} fine-tuned with model.adapter.method={method}; export writes LoRA adapters "
-                              "(multi_lora or lora runs)")
-    partial = out.with_name(out.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    base_ref = _write_base(run, partial)
-    written = []
-    for slot, (name, task) in enumerate(_slots(run)):
-        folder = partial / name
-        model = _peft_model_for(run, slot, name, base_ref)
-        model.save_pretrained(str(folder))
-        _write_head(run, task, folder)
-        written.append(Path(out) / name)
-    (partial / "export.json").write_text(json.dumps({
-        "run": str(Path(run_dir).resolve()), "checkpoint": str(run.checkpoint.resolve()), "method": method,
-        "base_model": base_ref, "adapters": {name: task for name, task in _slots(run)},
-    }, indent=2) + "\n")
-    if out.exists():
-        out.rmdir()
-    partial.rename(out)
-    return written
+    if not run.method.exports_lora:
+        exportable = " or ".join(sorted(name for name, cls in METHODS.items() if cls.exports_lora))
+        raise CheckpointError(
+            f"{run_dir} fine-tuned with model.adapter.method={method}; export writes LoRA adapters ({exportable} runs)"
+        )
+    slots = _slots(run)
+    with AtomicFolder(out).writing(kind="export", method=method) as partial:
+        base_ref = _write_base(run, partial)
+        for slot, (name, task) in enumerate(slots):
+            folder = partial / name
+            peft_model_for(run.model.encoder, run.method, slot, name, base_ref).save_pretrained(str(folder))
+            _write_head(run, task, folder)
+        write_json(
+            partial / "export.json",
+            {
+                "run": str(run.run_dir.resolve()),
+                "checkpoint": str(run.checkpoint.resolve()),
+                "method": method,
+                "base_model": base_ref,
+                "adapters": {name: task for name, task in slots},
+            },
+        )
+    return [out / name for name, _ in slots]
 
 
 def _slots(run: LoadedRun) -> list[tuple[str, str]]:
-    """(adapter directory name, task) per adapter slot, in slot order."""
-    adapter = run.config.model.adapter
-    if adapter.method == "lora" or adapter.granularity == "task":
-        return [(task, task) for task in run.heads]
-    grouping = run.config.weighting.objectives
-    if grouping == "language":
-        raise CheckpointError("adapters kept per objective with weighting.objectives=language span several tasks' "
-                              "heads; export needs objectives per (task, language) or per task")
-    return [(name, name.split("/")[0]) for name in run.objectives]
+    """(adapter directory name, task whose head goes with it) per routing slot, in slot order."""
+    names = run.method.slots(list(run.heads), run.objectives)
+    if run.method.routing == "task":
+        return [(task, task) for task in names]
+    if run.config.weighting.objectives == "language":
+        raise CheckpointError(
+            "adapters kept per objective with weighting.objectives=language span several tasks' "
+            "heads; export needs objectives per (task, language) or per task"
+        )
+    return [(name, name.split("/")[0]) for name in names]
 
 
 def _write_base(run: LoadedRun, out: Path) -> str:
     backbone = run.config.model.backbone
     if backbone != "tiny":
         return backbone  # the base is the Hub model, unchanged by adapter training
-    base = _base_encoder(run)
+    base = base_encoder(run.model.encoder)
     base.save_pretrained(str(out / "base"))
     run.tokenizer.save_pretrained(str(out / "base"))
     return "../base"
 
 
-def _base_encoder(run: LoadedRun) -> torch.nn.Module:
-    """A plain copy of the run's encoder, adapters removed: the frozen W0 every adapter sits on."""
+def base_encoder(encoder: torch.nn.Module) -> torch.nn.Module:
+    """A plain copy of a LoRA-adapted ``encoder``, adapters removed: the frozen W0 every adapter sits on."""
     from transformers import AutoModel
 
-    base = AutoModel.from_config(run.model.encoder.config)
+    base = AutoModel.from_config(encoder.config)
     if getattr(base, "pooler", None) is not None:
         base.pooler = None
     state = {}
-    for name, value in run.model.encoder.state_dict().items():
+    for name, value in encoder.state_dict().items():
         if ".lora_" in name:
             continue
         state[name.replace(".base_layer.", ".")] = value
@@ -120,11 +124,14 @@ def _base_encoder(run: LoadedRun) -> torch.nn.Module:
     return base.eval()
 
 
-def _peft_model_for(run: LoadedRun, slot: int, name: str, base_ref: str) -> peft.PeftModel:
-    adapter = run.config.model.adapter
-    model = peft.get_peft_model(_base_encoder(run), multi_lora_config(adapter).as_peft())
+def peft_model_for(
+    encoder: torch.nn.Module, method: AdapterMethod, slot: int, name: str, base_ref: str
+) -> peft.PeftModel:
+    """Routing slot ``slot`` (named ``name``) of ``encoder`` as a one-adapter PEFT model on the base encoder,
+    its config pointing at ``base_ref``."""
+    model = peft.get_peft_model(base_encoder(encoder), method.peft_config())
     model.peft_config["default"].base_model_name_or_path = base_ref  # PEFT fills in the in-memory model's path
-    ours = _adapter_weights(run, slot, name)
+    ours = method.adapter_weights(encoder, slot, name)
     theirs = {n.removeprefix("base_model.model."): m for n, m in model.named_modules() if isinstance(m, LoraLayer)}
     if set(ours) != set(theirs):
         raise CheckpointError(f"PEFT adapts other layers than the run: {sorted(set(ours) ^ set(theirs))[:4]}")
@@ -133,17 +140,6 @@ def _peft_model_for(run: LoadedRun, slot: int, name: str, base_ref: str) -> peft
             theirs[layer_name].lora_A["default"].weight.copy_(a)
             theirs[layer_name].lora_B["default"].weight.copy_(b)
     return model
-
-
-def _adapter_weights(run: LoadedRun, slot: int, name: str) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """layer name -> (A, B) of one adapter: Multi-LoRA's shared A and the slot's B, or PEFT LoRA's own pair."""
-    out = {}
-    for layer_name, module in run.model.encoder.named_modules():
-        if isinstance(module, MultiLoraLinear):
-            out[layer_name] = (module.lora_A, module.lora_B.weight[slot])
-        elif isinstance(module, LoraLayer):
-            out[layer_name] = (module.lora_A[name].weight, module.lora_B[name].weight)
-    return out
 
 
 def _write_head(run: LoadedRun, task: str, folder: Path) -> None:

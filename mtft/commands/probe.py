@@ -1,8 +1,9 @@
-"""``run.py probe``: the Gaussian sensitivity probe of one or more checkpoints (SPEC §4, progressive sensitivity).
+"""``run.py probe``: the Gaussian sensitivity probe of one or more checkpoints (Springer et al., 2025).
 
 A checkpoint is a Hugging Face folder with a masked-LM head (what ``run.stage: pretrain`` writes, or any Hub-style
 model folder), or a fine-tuning checkpoint of mtft (``<run>/checkpoints/step-N`` or ``<run>/best``), whose run
-config names the backbone that lends the MLM head; a Multi-LoRA checkpoint is probed once per task adapter.
+config names the backbone that lends the MLM head; a checkpoint with routed adapters (Multi-LoRA, LoRA) is probed
+once per adapter -- per task, or per objective with ``model.adapter.granularity: objective``.
 Several checkpoints (e.g. the token budgets of a pre-training run) give one curve each in the same figure.
 """
 
@@ -22,17 +23,23 @@ class ProbeInputError(UserError):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="run.py probe", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", action="append", required=True, type=Path,
-                        help="a checkpoint folder (repeat for several)")
+    parser = argparse.ArgumentParser(
+        prog="run.py probe", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--checkpoint", action="append", required=True, type=Path, help="a checkpoint folder (repeat for several)"
+    )
     parser.add_argument("--gamma", required=True, help="comma-separated γ values, e.g. 0.01,0.03,0.1")
     parser.add_argument("--seeds", type=int, default=3, help="noise seeds per γ (at least 3; default 3)")
     parser.add_argument("--corpus", default=None, help="corpus (Hub id or folder, Hub layout); default: the built-in")
-    parser.add_argument("--languages", default=None,
-                        help="comma-separated languages; default: those the checkpoint was pre-trained or run on")
-    parser.add_argument("--split", default=None, help="held-out split (default: the run's corpus.eval_split, or "
-                        "validation)")
+    parser.add_argument(
+        "--languages",
+        default=None,
+        help="comma-separated languages; default: those the checkpoint was pre-trained or run on",
+    )
+    parser.add_argument(
+        "--split", default=None, help="held-out split (default: the run's corpus.eval_split, or validation)"
+    )
     parser.add_argument("--name", default=None, help="dataset config per language (default {language})")
     parser.add_argument("--text-column", default=None, help="text column (default text)")
     parser.add_argument("--max-examples", type=int, default=None, help="held-out texts per language (default 200)")
@@ -72,13 +79,30 @@ def main(args: argparse.Namespace) -> int:
             result = gaussian_probe(mlm, stds, evaluate, gammas, args.seeds, f"{label}{name}")
             results.append(result)
             for row in result.summary():
-                print(f"{result.model}  γ={row['gamma']:g}  ΔL_p = {row['dlp/mean/mean']:.4f} ± "
-                      f"{row['dlp/mean/std']:.4f}  (" + ", ".join(
-                          f"{lang} {row[f'dlp/{lang}/mean']:.4f}" for lang in result.baseline) + ")")
+                print(
+                    f"{result.model}  γ={row['gamma']:g}  ΔL_p = {row['dlp/mean/mean']:.4f} ± "
+                    f"{row['dlp/mean/std']:.4f}  ("
+                    + ", ".join(f"{lang} {row[f'dlp/{lang}/mean']:.4f}" for lang in result.baseline)
+                    + ")"
+                )
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "probe.json").write_text(json.dumps(
-        [{"model": r.model, "baseline": r.baseline, "trials": r.trials, "summary": r.summary(),
-          "perturbed_parameters": r.perturbed, "untouched_parameters": r.untouched} for r in results], indent=2) + "\n")
+    (args.out / "probe.json").write_text(
+        json.dumps(
+            [
+                {
+                    "model": r.model,
+                    "baseline": r.baseline,
+                    "trials": r.trials,
+                    "summary": r.summary(),
+                    "perturbed_parameters": r.perturbed,
+                    "untouched_parameters": r.untouched,
+                }
+                for r in results
+            ],
+            indent=2,
+        )
+        + "\n"
+    )
     languages = list(results[0].baseline)
     plot_sensitivity([row for r in results for row in r.summary()], languages, args.out / "sensitivity.png")
     print(f"wrote {args.out / 'probe.json'} and {args.out / 'sensitivity.png'}")
@@ -89,7 +113,7 @@ def _load(folder: Path, args):
     """(label, [(adapter name, MaskedLM)], evaluation set, fresh model for the init stds) of one checkpoint."""
     from mtft.config.schema import RunConfig
     from mtft.forgetting.corpus import build_eval_set
-    from mtft.forgetting.mlm import attach_head, load_mlm_model, split_mlm_model, MaskedLM
+    from mtft.forgetting.mlm import MaskedLM, load_mlm_model, split_mlm_model
 
     if (folder / "config.json").is_file():
         from transformers import AutoTokenizer
@@ -100,8 +124,9 @@ def _load(folder: Path, args):
         trained_on = json.loads(meta.read_text()).get("languages") if meta.is_file() else None
         encoder, head, tied = split_mlm_model(mlm_model)
         models = [("", MaskedLM(encoder, head, tied))]
-        config = RunConfig.model_validate({"run": {"stage": "pretrain"}, "data": {},
-                                           "corpus": _corpus(args, {"languages": trained_on}, folder)})
+        config = RunConfig.model_validate(
+            {"run": {"stage": "pretrain"}, "data": {}, "corpus": _corpus(args, {"languages": trained_on}, folder)}
+        )
         max_length = args.max_length or mlm_model.config.max_position_embeddings - 2
     else:
         config, models, mlm_model, tokenizer = _finetune_checkpoint(folder, args)
@@ -113,9 +138,15 @@ def _load(folder: Path, args):
 
 def _corpus(args, defaults: dict, folder) -> dict:
     """The corpus section: ``defaults`` (the run's, or what a pre-trained folder says) overridden by the flags."""
-    given = {"path": args.corpus, "name": args.name, "text_column": args.text_column, "eval_split": args.split,
-             "max_eval_examples": args.max_examples, "mask_seed": args.mask_seed,
-             "languages": args.languages.split(",") if args.languages else None}
+    given = {
+        "path": args.corpus,
+        "name": args.name,
+        "text_column": args.text_column,
+        "eval_split": args.split,
+        "max_eval_examples": args.max_examples,
+        "mask_seed": args.mask_seed,
+        "languages": args.languages.split(",") if args.languages else None,
+    }
     corpus = {**defaults, **{k: v for k, v in given.items() if v is not None}}
     if not corpus.get("languages"):
         raise ProbeInputError(f"--languages: {folder} does not say which languages it knows; list them")
@@ -123,58 +154,44 @@ def _corpus(args, defaults: dict, folder) -> dict:
 
 
 def _finetune_checkpoint(folder: Path, args):
-    """A fine-tuning checkpoint: rebuild the encoder (and its adapters) from the run config, load its weights."""
-    from safetensors.torch import load_file
-
-    from mtft.adapters.methods import apply_method
-    from mtft.config import load_config
+    """A fine-tuning checkpoint, rebuilt as every restore is (:func:`mtft.training.restore.load_run`), under the
+    MLM head of the backbone it was fine-tuned from: one model per adapter the method routes to."""
+    from mtft.config.paths import cache_dir
     from mtft.forgetting.mlm import attach_head, load_mlm_model
     from mtft.training.pretrain import MARKER, prelude_key, task_languages
-    from mtft.models.backbone import build_encoder
-    from mtft.models.tokenizer import load_backbone_tokenizer
-    from mtft.config.paths import cache_dir
+    from mtft.training.restore import find_run_dir, load_run
 
-    weights, heads_file = folder / "model.safetensors", folder / "heads.json"
-    run_config = next((p / "config.yaml" for p in (folder.parent, folder.parent.parent)
-                       if (p / "config.yaml").is_file()), None)
-    if not weights.is_file() or not heads_file.is_file() or run_config is None:
-        raise CheckpointError(f"--checkpoint {folder}: neither a Hugging Face folder (config.json) nor an mtft "
-                              "checkpoint (model.safetensors, heads.json, and the run's config.yaml above it)")
-    config = load_config(run_config)
-    backbone = config.model.backbone
+    try:
+        is_checkpoint = find_run_dir(folder)[1] is not None and (folder / "heads.json").is_file()
+    except CheckpointError:  # no run directory at or above it
+        is_checkpoint = False
+    if not is_checkpoint:
+        raise CheckpointError(
+            f"--checkpoint {folder}: neither a Hugging Face folder (config.json) nor an mtft "
+            "checkpoint (model.safetensors, heads.json, and the run's config.yaml above it)"
+        )
+    run = load_run(folder)
+    config = run.config
+    backbone, revision = config.model.backbone, config.model.revision
     languages = config.corpus.languages or task_languages(config)
     if config.pretrain.before_finetune:
-        backbone = str(cache_dir(config) / "pretrained" / prelude_key(config, languages))
+        backbone, revision = str(cache_dir(config) / "pretrained" / prelude_key(config, languages)), None
         if not (Path(backbone) / MARKER).is_file():
-            raise CheckpointError(f"--checkpoint {folder}: its pre-trained backbone is not in the cache ({backbone}); "
-                                  "run the run's config again to rebuild it")
+            raise CheckpointError(
+                f"--checkpoint {folder}: its pre-trained backbone is not in the cache ({backbone}); "
+                "run the run's config again to rebuild it"
+            )
     elif backbone == "tiny":
-        raise CheckpointError(f"--checkpoint {folder}: the run fine-tuned an untrained tiny encoder, which has no "
-                              "masked-LM head to probe; pre-train it (pretrain.before_finetune) or probe a backbone")
-    model_cfg = config.model.model_copy(update={"backbone": backbone, "revision": None if
-                                                config.pretrain.before_finetune else config.model.revision})
-    tokenizer = load_backbone_tokenizer(backbone, model_cfg.revision, model_cfg.trust_remote_code)
-    encoder = build_encoder(model_cfg, tokenizer, config.data.max_length, config.run.seed)
-    tasks = list(json.loads(heads_file.read_text()))
-    state_file = folder / "trainer_state.json"
-    objectives = json.loads(state_file.read_text())["objectives"] if state_file.is_file() else tasks
-    apply_method(encoder, config.model.adapter, tasks, len(objectives), config.run.seed)
-    state = {k.removeprefix("encoder."): v for k, v in load_file(str(weights)).items() if k.startswith("encoder.")}
-    missing, unexpected = encoder.load_state_dict(state, strict=False)
-    if missing or unexpected:
-        raise CheckpointError(f"{weights} does not fit the run's encoder: missing {sorted(missing)[:3]}, "
-                              f"unexpected {sorted(unexpected)[:3]}")
-    encoder.eval()
-    mlm_model = load_mlm_model(backbone, model_cfg.revision, model_cfg.trust_remote_code)
-    mlm = attach_head(encoder, mlm_model)
-    if config.model.adapter.method == "multi_lora":
-        models = []
-        for index, task in enumerate(tasks):
-            routed = attach_head(encoder, mlm_model)
-            routed.adapter = index
-            models.append((f"/{task}", routed))
-    else:
-        models = [("", mlm)]
+        raise CheckpointError(
+            f"--checkpoint {folder}: the run fine-tuned an untrained tiny encoder, which has no "
+            "masked-LM head to probe; pre-train it (pretrain.before_finetune) or probe a backbone"
+        )
+    mlm_model = load_mlm_model(backbone, revision, config.model.trust_remote_code)
+    models = []
+    for slot, name in enumerate(run.method.probe_slots(list(run.heads), run.objectives)):
+        mlm = attach_head(run.model.encoder, mlm_model)
+        mlm.adapter = slot  # every row through this slot's adapter
+        models.append((f"/{name}" if name else "", mlm))
     corpus = _corpus(args, {**config.corpus.model_dump(), "languages": languages}, folder)
     config = config.model_copy(update={"corpus": type(config.corpus).model_validate(corpus)})
-    return config, models, mlm_model, tokenizer
+    return config, models, mlm_model, run.tokenizer

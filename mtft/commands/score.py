@@ -20,18 +20,36 @@ from mtft.core.errors import ConfigError, DataError
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="run.py score", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--task", required=True, metavar="TASK[/LANGUAGE]",
-                        help="task name, with the language unless the task has only one, e.g. tydiqa/sw")
+    parser = argparse.ArgumentParser(
+        prog="run.py score", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--task",
+        required=True,
+        metavar="TASK[/LANGUAGE]",
+        help="task name, with the language unless the task has only one, e.g. tydiqa/sw",
+    )
     parser.add_argument("--predictions", required=True, help="JSON-lines predictions file")
-    parser.add_argument("--references", default=None,
-                        help="the reference dataset: a Hub-layout folder or a data file (default: the task's Hub dataset)")
+    parser.add_argument(
+        "--references",
+        default=None,
+        help="the reference dataset: a Hub-layout folder or a data file (default: the task's Hub dataset)",
+    )
     parser.add_argument("--split", default="validation", help="the task's split to score against (default: validation)")
-    parser.add_argument("--task-dir", action="append", default=[], metavar="DIR",
-                        help="extra folder of task definitions (as data.task_dirs); repeatable")
-    parser.add_argument("--setting", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a task setting, e.g. offset_mismatch=fail; repeatable")
+    parser.add_argument(
+        "--task-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="extra folder of task definitions (as data.task_dirs); repeatable",
+    )
+    parser.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a task setting, e.g. offset_mismatch=fail; repeatable",
+    )
     parser.add_argument("--cache-dir", default=None, help="datasets cache folder (default: the datasets default)")
     return parser
 
@@ -59,9 +77,21 @@ def main(args: argparse.Namespace) -> int:
     label_names = task.resolve_label_names(raw)
     references = task.references(raw, label_names, where)
     metrics = score(task, predictions, references, label_names, str(predictions_path), rows)
-    print(json.dumps({"task": task.name, "language": language, "split": args.split, "references": where,
-                      "examples": len(references), "metric_variant": task.metric_description(), **metrics},
-                     ensure_ascii=False, indent=1))
+    print(
+        json.dumps(
+            {
+                "task": task.name,
+                "language": language,
+                "split": args.split,
+                "references": where,
+                "examples": len(references),
+                "metric_variant": task.metric_description(),
+                **metrics,
+            },
+            ensure_ascii=False,
+            indent=1,
+        )
+    )
     return 0
 
 
@@ -98,8 +128,9 @@ def _language(task, language: str) -> str:
     if not language:
         if len(task.languages) == 1:
             return task.languages[0]
-        raise ConfigError(f"--task {task.name}: name the language as {task.name}/<language>; valid: "
-                          f"{', '.join(task.languages)}")
+        raise ConfigError(
+            f"--task {task.name}: name the language as {task.name}/<language>; valid: {', '.join(task.languages)}"
+        )
     if language not in task.languages:
         raise ConfigError(f"task {task.name!r} has no language {language!r}; valid: {', '.join(task.languages)}")
     return language

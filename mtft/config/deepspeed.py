@@ -51,7 +51,6 @@ def use_bf16(training: TrainingSection) -> bool:
     return training.precision == "bf16" or (training.precision == "auto" and supported)
 
 
-
 def zero_stage(config: RunConfig) -> int:
     """The ZeRO stage of the run's DeepSpeed JSON (0 when it sets none)."""
     return int(read_deepspeed_json(config.training.deepspeed_config).get("zero_optimization", {}).get("stage", 0))

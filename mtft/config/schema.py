@@ -25,12 +25,11 @@ class RunSection(Section):
     )
     seed: int = Field(0, ge=0, description="Seed for model initialisation, sampling and dropout.")
     stage: Literal["finetune", "pretrain"] = Field(
-        "finetune", description="What the run does: finetune the tasks of data.tasks, or pretrain an encoder with "
-        "masked-LM on corpus (see the pretrain section)."
+        "finetune",
+        description="What the run does: finetune the tasks of data.tasks, or pretrain an encoder with "
+        "masked-LM on corpus (see the pretrain section).",
     )
-    resume: bool = Field(
-        False, description="Continue the run in output_dir from its latest complete checkpoint."
-    )
+    resume: bool = Field(False, description="Continue the run in output_dir from its latest complete checkpoint.")
     overwrite: bool = Field(
         False, description="Replace an output_dir that holds a different run (its contents are deleted)."
     )
@@ -43,9 +42,7 @@ class TinyEncoderSection(Section):
     num_hidden_layers: int = Field(2, ge=1, description="Number of transformer layers.")
     num_attention_heads: int = Field(4, ge=1, description="Attention heads per layer.")
     intermediate_size: int = Field(128, ge=8, description="Feed-forward inner size.")
-    vocab_size: int = Field(
-        2000, ge=64, description="Vocabulary size of the tokenizer trained on the run's own text."
-    )
+    vocab_size: int = Field(2000, ge=64, description="Vocabulary size of the tokenizer trained on the run's own text.")
 
     @model_validator(mode="after")
     def _heads_divide_hidden(self) -> "TinyEncoderSection":
@@ -58,15 +55,16 @@ class TinyEncoderSection(Section):
 
 
 class AdapterSection(Section):
-    method: Literal["full", "head", "multi_lora", "lora"] = Field(
+    method: str = Field(
         "full",
         description="full: fine-tune every encoder weight; head: frozen encoder, heads only; multi_lora: "
-        "Shared-A Multi-LoRA -- one frozen random A shared by all tasks, one trained B per task (SPEC §2); "
+        "Shared-A Multi-LoRA -- one frozen random A shared by all tasks, one trained B per task; "
         "lora: PEFT LoRA with a separate A and B per task (mixed batches routed through PEFT's per-adapter "
-        "sub-batches).",
+        "sub-batches); or module:Class, a subclass of mtft.adapters.AdapterMethod of one's own.",
     )
     granularity: Literal["task", "objective"] = Field(
-        "task", description="multi_lora: one B per task, or one B per loss objective (weighting.objectives); "
+        "task",
+        description="multi_lora: one B per task, or one B per loss objective (weighting.objectives); "
         "with objective, every evaluated (task, language) must be a training objective.",
     )
     r: int = Field(8, ge=1, description="LoRA rank (multi_lora, lora).")
@@ -77,9 +75,18 @@ class AdapterSection(Section):
         description="Layers to adapt, matched by PEFT's rules (a name suffix, e.g. query, value, dense).",
     )
     init_a: Literal["peft", "gaussian"] = Field(
-        "peft", description="Initialisation of the shared A: peft (PEFT's default, trains at usual learning "
-        "rates) or gaussian (i.i.d. N(0,1), the paper's Algorithm 1)."
+        "peft",
+        description="Initialisation of the shared A: peft (PEFT's default, trains at usual learning "
+        "rates) or gaussian (i.i.d. N(0,1), the paper's Algorithm 1).",
     )
+
+    @field_validator("method")
+    @classmethod
+    def _known_method(cls, value: str) -> str:
+        from mtft.adapters import get_method
+
+        get_method(value)  # ValueError naming the valid choices
+        return value
 
 
 class ModelSection(Section):
@@ -132,7 +139,9 @@ class TaskSelection(Section):
         None, ge=1, description="Use at most this many evaluation examples per objective."
     )
     max_length: Optional[int] = Field(
-        None, ge=8, le=8192,
+        None,
+        ge=8,
+        le=8192,
         description="Maximum tokens per encoded row of this task (e.g. 384 for QA windows); default data.max_length.",
     )
     settings: dict[str, Any] = Field(
@@ -175,7 +184,8 @@ class DataSection(Section):
 class WeightingSection(Section):
     method: str = Field(
         "mean",
-        description="How the per-objective losses are combined each step (see mtft.weighting).",
+        description="How the per-objective losses are combined each step: a built-in name (see mtft.weighting) "
+        "or module:Class, a Weighting subclass of your own in an importable module.",
     )
     objectives: Literal["task_language", "task", "language"] = Field(
         "task_language", description="What one objective is: a (task, language) pair, a task, or a language."
@@ -188,10 +198,12 @@ class WeightingSection(Section):
     )
     options: dict[str, Any] = Field(
         default_factory=dict,
-        description="Options of the weighting method, e.g. {solver: cvxpy} for lfmlf, {c: 0.4} for cagrad.",
+        description="Keyword arguments of the weighting class's constructor, e.g. {solver: cvxpy} for lfmlf, "
+        "{c: 0.4} for cagrad.",
     )
     stationarity_eps: Optional[float] = Field(
-        None, gt=0.0,
+        None,
+        gt=0.0,
         description="Stop training once ||d||² / mean_t ||g_t||² stays below this for stationarity_patience "
         "consecutive steps (Pareto stationarity, Theorem 3). Null: never stop for it.",
     )
@@ -243,9 +255,7 @@ class OptimizerSection(Section):
 
 
 class SchedulerSection(Section):
-    name: Literal["constant", "linear", "cosine"] = Field(
-        "linear", description="Learning-rate decay after warm-up."
-    )
+    name: Literal["constant", "linear", "cosine"] = Field("linear", description="Learning-rate decay after warm-up.")
     warmup_ratio: float = Field(0.0, ge=0.0, lt=1.0, description="Warm-up as a fraction of max_steps.")
     warmup_steps: Optional[int] = Field(None, ge=0, description="Warm-up steps (overrides warmup_ratio).")
 
@@ -310,7 +320,8 @@ class CorpusSection(Section):
     text_column: str = Field("text", min_length=1, description="Column holding the text.")
     train_split: str = Field("train", min_length=1, description="Split that stage pretrain trains on.")
     eval_split: str = Field(
-        "validation", min_length=1,
+        "validation",
+        min_length=1,
         description="Held-out split of L_p (datasets slicing works, e.g. 'train[-1000:]').",
     )
     max_eval_examples: int = Field(200, ge=1, description="Held-out texts per language in L_p.")
@@ -341,7 +352,7 @@ class PretrainSection(Section):
     schedule_per_budget: bool = Field(
         False,
         description="Pre-train every budget from scratch with its own schedule annealed to zero (the controlled "
-        "set-up of SPEC §4) instead of saving one run's weights as it passes each budget.",
+        "set-up of Springer et al., 2025) instead of saving one run's weights as it passes each budget.",
     )
     block_size: Optional[int] = Field(
         None, ge=8, description="Tokens per packed training sequence; default data.max_length."
@@ -399,14 +410,17 @@ class ProbeSection(Section):
 
 
 class ForgettingSection(Section):
-    """Forgetting monitors: measured F_p = L_p(θ) − L_p(θ_p) against Theorem 1's bounds (SPEC §1, §4)."""
+    """Forgetting monitors: measured F_p = L_p(θ) − L_p(θ_p) against Theorem 1's bounds (Mao et al., 2022;
+    Springer et al., 2025)."""
 
     enabled: bool = Field(
-        False, description="Measure forgetting of the masked-LM loss L_p on corpus, with Theorem 1's bounds. The "
-        "budget, regularization and probe below act only when this is true (false turns them all off)."
+        False,
+        description="Measure forgetting of the masked-LM loss L_p on corpus, with Theorem 1's bounds. The "
+        "budget, regularization and probe below act only when this is true (false turns them all off).",
     )
     every_steps: int = Field(
-        200, ge=1,
+        200,
+        ge=1,
         description="Measure F_p per language, the bounds and the second-order prediction every N steps (and at "
         "the end); Σ||Δθ_k||² and ||θ − θ_p|| are tracked every step. One measurement costs a few training "
         "steps (bench/forgetting_overhead.py).",
@@ -416,7 +430,8 @@ class ForgettingSection(Section):
         64, ge=1, description="Held-out texts per language in the fixed batch of λ_p (computed once, cached)."
     )
     prediction_examples: int = Field(
-        16, ge=1,
+        16,
+        ge=1,
         description="Held-out texts per language in the fixed batch of the second-order prediction g_pᵀΔ + ½ΔᵀH_pΔ "
         "(one Hessian-vector product per measurement), where F_p is measured as well for comparison.",
     )
@@ -427,7 +442,10 @@ class ForgettingSection(Section):
     eigen_tol: float = Field(1e-3, gt=0.0, lt=1.0, description="λ_p has converged when ||Hv − λv|| ≤ tol·|λ|.")
     budget: Optional[BudgetSection] = Field(None, description="Optional forgetting budget on the displacement bound.")
     regularization: float = Field(
-        0.0, ge=0.0, description="λ of the penalty λ·||θ − θ_p||² added to the fine-tuning loss (SPEC §4, Thm 4.7)."
+        0.0,
+        ge=0.0,
+        description="λ of the penalty λ·||θ − θ_p||² added to the fine-tuning loss (Springer et al., 2025, "
+        "Theorem 4.7).",
     )
     probe: ProbeSection = Field(default_factory=ProbeSection, description="End-of-run Gaussian sensitivity probe.")
 
@@ -457,15 +475,13 @@ class RunConfig(Section):
 
     @model_validator(mode="after")
     def _gram_weighting_supports_adapter(self) -> "RunConfig":
+        from mtft.adapters import get_method
         from mtft.weighting import weighting_class
 
-        if self.model.adapter.method == "lora" and weighting_class(self.weighting.method).needs_gram:
-            # PEFT applies each adapter to a sub-batch of its own rows (x[rows] -> lora_A -> lora_B), so the
-            # per-objective gradient hooks, which attribute the rows of a layer's whole input, cannot see them.
+        method = get_method(self.model.adapter.method)
+        if not method.supports_gram and weighting_class(self.weighting.method).needs_gram:
             raise ValueError(
-                f"weighting.method={self.weighting.method} needs per-objective gradients, which cover PEFT's "
-                "multi-adapter sub-batches only through multi_lora; use model.adapter.method=multi_lora, or "
-                "weighting.method=mean to compare with lora"
+                f"weighting.method={self.weighting.method} needs per-objective gradients, {method.gram_refusal}"
             )
         return self
 

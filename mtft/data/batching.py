@@ -14,9 +14,9 @@ from typing import Iterator, Optional
 
 import torch
 
-from mtft.data.pipeline import PreparedData
 from mtft.core.labels import IGNORE_INDEX
-from mtft.models.heads import head_class
+from mtft.data.pipeline import PreparedData
+from mtft.tasks.kinds import head_class
 
 
 class BatchBuilder:
@@ -68,10 +68,13 @@ class BatchBuilder:
         for i, sequence in enumerate(sequences):
             input_ids[i, : len(sequence)] = torch.tensor(sequence, dtype=torch.long)
             mask[i, : len(sequence)] = 1
-        batch = {"input_ids": input_ids, "attention_mask": mask,
-                 "labels": self._labels(rows, heads, group_index),
-                 "head_index": torch.tensor(head_index, dtype=torch.long),
-                 "group_index": torch.tensor(group_index, dtype=torch.long)}
+        batch = {
+            "input_ids": input_ids,
+            "attention_mask": mask,
+            "labels": self._labels(rows, heads, group_index),
+            "head_index": torch.tensor(head_index, dtype=torch.long),
+            "group_index": torch.tensor(group_index, dtype=torch.long),
+        }
         if objectives is not None:
             batch["objective_index"] = torch.tensor(objective_index, dtype=torch.long)
         return batch

@@ -7,16 +7,16 @@ files, missing columns and out-of-range labels fail with one clear error.
 from __future__ import annotations
 
 import hashlib
-import logging
 import json
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 import datasets
 
 from mtft.config.schema import RunConfig, TaskSelection
-from mtft.data.sources import describe_source, load_split
 from mtft.core.errors import ConfigError, DataError
+from mtft.data.sources import describe_source, load_split
 from mtft.tasks.base import Task, unique_by_id
 from mtft.tasks.hidden import HiddenLabelsError, check_not_hidden
 from mtft.tasks.registry import discover_tasks, get_task
@@ -92,15 +92,19 @@ def prepare_data(config: RunConfig, make_tokenizer: Callable[[list[str]], Any]) 
     tokenizer = make_tokenizer(_all_texts(tasks))
     for td in tasks.values():
         split = config.evaluation.split
-        td.train = {lang: _encode(td, ds, td.origin["train", lang], tokenizer, config)
-                    for lang, ds in td.raw_train.items()}
-        td.eval = {lang: _encode(td, ds, td.origin[split, lang], tokenizer, config)
-                   for lang, ds in td.raw_eval.items()}
+        td.train = {
+            lang: _encode(td, ds, td.origin["train", lang], tokenizer, config) for lang, ds in td.raw_train.items()
+        }
+        td.eval = {lang: _encode(td, ds, td.origin[split, lang], tokenizer, config) for lang, ds in td.raw_eval.items()}
     units = [Objective(name, lang) for name, td in tasks.items() for lang in td.train]
     names, unit_objective = _group(units, config.weighting.objectives)
     key = _objective_key(config.weighting.objectives)
-    eval_objective = {(name, lang): names.index(key(Objective(name, lang)))
-                      for name, td in tasks.items() for lang in td.languages if key(Objective(name, lang)) in names}
+    eval_objective = {
+        (name, lang): names.index(key(Objective(name, lang)))
+        for name, td in tasks.items()
+        for lang in td.languages
+        if key(Objective(name, lang)) in names
+    }
     return PreparedData(tasks, tokenizer, units, unit_objective, names, eval_objective)
 
 
@@ -115,8 +119,9 @@ def _load_task(task: Task, selection: TaskSelection, config: RunConfig) -> TaskD
     if protocol not in task.protocols:
         raise ConfigError(f"task {task.name!r} does not support protocol {protocol!r}; valid: {task.protocols}")
     split = config.evaluation.split
-    td = TaskData(task, protocol, languages, max_length=selection.max_length or config.data.max_length,
-                  eval_split=split)
+    td = TaskData(
+        task, protocol, languages, max_length=selection.max_length or config.data.max_length, eval_split=split
+    )
     for lang in task.training_languages(languages, protocol):
         td.raw_train[lang] = _load(td, "train", lang, selection.max_train_examples, config)
         check_not_hidden(task, td.raw_train[lang][task.label_column], td.origin["train", lang], "trained on")
@@ -141,12 +146,16 @@ def _check_borrowed_heads(tasks: dict[str, TaskData]) -> None:
         if owner is None:
             continue
         if owner not in tasks or tasks[owner].task.evaluate_with is not None:
-            raise ConfigError(f"task {name!r} is evaluated with the head of task {owner!r}; add {owner!r} to "
-                              "data.tasks" + ("" if owner not in tasks else " as a task that trains its own head"))
+            raise ConfigError(
+                f"task {name!r} is evaluated with the head of task {owner!r}; add {owner!r} to "
+                "data.tasks" + ("" if owner not in tasks else " as a task that trains its own head")
+            )
         theirs = tasks[owner]
         if (theirs.task.head, theirs.label_names) != (td.task.head, td.label_names):
-            raise DataError(f"task {name!r} cannot use the head of {owner!r}: {td.task.head} head with labels "
-                            f"{td.label_names} vs {theirs.task.head} head with labels {theirs.label_names}")
+            raise DataError(
+                f"task {name!r} cannot use the head of {owner!r}: {td.task.head} head with labels "
+                f"{td.label_names} vs {theirs.task.head} head with labels {theirs.label_names}"
+            )
 
 
 def _load(td: TaskData, split: str, lang: str, limit: Optional[int], config: RunConfig):
@@ -157,7 +166,12 @@ def _load(td: TaskData, split: str, lang: str, limit: Optional[int], config: Run
 
 
 def load_task_split(
-    task: Task, split: str, lang: str, protocol: str, sources: dict[str, str], cache_dir: Optional[str],
+    task: Task,
+    split: str,
+    lang: str,
+    protocol: str,
+    sources: dict[str, str],
+    cache_dir: Optional[str],
     limit: Optional[int] = None,
 ) -> tuple[datasets.Dataset, str]:
     """One split of one language of ``task``, checked (columns, the task's own checks), and where it came from."""
@@ -190,9 +204,7 @@ def _all_texts(tasks: dict[str, TaskData]) -> list[str]:
     return texts
 
 
-def _encode(
-    td: TaskData, dataset: datasets.Dataset, where: str, tokenizer: Any, config: RunConfig
-) -> datasets.Dataset:
+def _encode(td: TaskData, dataset: datasets.Dataset, where: str, tokenizer: Any, config: RunConfig) -> datasets.Dataset:
     task, max_length, label_names = td.task, td.max_length, td.label_names
 
     def encode(batch: dict[str, list], rows: list[int]) -> dict[str, list]:
@@ -204,8 +216,14 @@ def _encode(
 
     fingerprint = hashlib.sha256(
         json.dumps(
-            [ENCODING_VERSION, dataset._fingerprint, task.encoding_key(), label_names, max_length,
-             _tokenizer_digest(tokenizer)]
+            [
+                ENCODING_VERSION,
+                dataset._fingerprint,
+                task.encoding_key(),
+                label_names,
+                max_length,
+                _tokenizer_digest(tokenizer),
+            ]
         ).encode()
     ).hexdigest()[:32]
     return dataset.map(

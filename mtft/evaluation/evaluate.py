@@ -35,8 +35,12 @@ def evaluate(model, data: PreparedData, builder: BatchBuilder, batch_size: int, 
         outputs = []
         for _, batch in builder.eval_batches(objective.task, objective.language, batch_size):
             context = {k: batch[k].to(device) for k in ("attention_mask", "group_index")}
-            logits = model.predict_logits(head_name, batch["input_ids"].to(device), **context,
-                                          objective=data.eval_objective.get((head_name, objective.language)))
+            logits = model.predict_logits(
+                head_name,
+                batch["input_ids"].to(device),
+                **context,
+                objective=data.eval_objective.get((head_name, objective.language)),
+            )
             logits = tuple(x.float().cpu() for x in logits) if isinstance(logits, tuple) else logits.float().cpu()
             outputs += head.decode(logits, **{k: v.cpu() for k, v in context.items()})
         encoded, raw = td.eval[objective.language], td.raw_eval[objective.language]
@@ -58,4 +62,3 @@ def evaluate(model, data: PreparedData, builder: BatchBuilder, batch_size: int, 
                 metrics[f"{name}/{metric}"] = mean(scored)
     model.train(was_training)
     return Evaluation(metrics, predictions)
-

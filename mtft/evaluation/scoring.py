@@ -23,13 +23,18 @@ def score(
     """The task's metrics over ``references`` (in their order). ``rows``: id -> row of the predictions file."""
     missing = [i for i in references if i not in predictions]
     if missing:
-        shown = ", ".join(repr(i) for i in missing[:5]) + (f" (and {len(missing) - 5} more)" if len(missing) > 5 else "")
-        raise DataError(f"{where}: task {task.name!r}: no prediction for {len(missing)} of {len(references)} "
-                        f"example id(s): {shown}")
+        shown = ", ".join(repr(i) for i in missing[:5]) + (
+            f" (and {len(missing) - 5} more)" if len(missing) > 5 else ""
+        )
+        raise DataError(
+            f"{where}: task {task.name!r}: no prediction for {len(missing)} of {len(references)} example id(s): {shown}"
+        )
     unknown = [i for i in predictions if i not in references]
     if unknown:
-        raise DataError(f"{where}{_row(rows, unknown[0])}: task {task.name!r}: unknown example id {unknown[0]!r} "
-                        f"({len(unknown)} unknown in all)")
+        raise DataError(
+            f"{where}{_row(rows, unknown[0])}: task {task.name!r}: unknown example id {unknown[0]!r} "
+            f"({len(unknown)} unknown in all)"
+        )
     for key, reference in references.items():
         problem = task.check_prediction(predictions[key], reference, label_names)
         if problem:

@@ -1,13 +1,12 @@
-"""Forgetting monitors (SPEC §1 Theorem 1, §4): the masked-LM loss L_p on generic text, λ_p by Hessian-vector
-products, bounds against measured forgetting, the Gaussian sensitivity probe, and masked-LM pre-training.
+"""Forgetting monitors (Mao et al., 2022, Theorem 1; Springer et al., 2025): the masked-LM loss L_p on generic
+text, λ_p by Hessian-vector products, bounds against measured forgetting, the Gaussian sensitivity probe.
 
 - :mod:`.corpus`        the generic-text corpus: fixed-mask evaluation sets, packed pre-training blocks
 - :mod:`.mlm`           the fine-tuned encoder under the backbone's own MLM head; L_p per language
 - :mod:`.hessian`       Hessian-vector products, power iteration / Lanczos, the second-order prediction
-- :mod:`.displacement`  ||Δθ_k||² and ||θ − θ_p||² every step (full weights, or Multi-LoRA without a base copy)
-- :mod:`.monitor`       the monitor a fine-tuning run drives (bounds, budget, regularisation, end-of-run probe)
+- :mod:`.monitor`       the monitor a fine-tuning run drives (bounds, budget, regularisation, end-of-run probe);
+                        ||Δθ_k||² and ||θ − θ_p||² come from the adapter method's displacement tracker
 - :mod:`.probe`         the Gaussian probe (also ``run.py probe``)
-- :mod:`.pretrain`      ``run.stage: pretrain`` and the cached ``pretrain.before_finetune`` prelude
 - :mod:`.plots`, :mod:`.report`   PNG figures and report sections
 """
 

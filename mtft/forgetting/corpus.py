@@ -15,10 +15,10 @@ from typing import Optional, Sequence
 import torch
 from transformers import DataCollatorForLanguageModeling
 
-from mtft.core.labels import IGNORE_INDEX
 from mtft.config.schema import CorpusSection, RunConfig
-from mtft.data.sources import load_split
 from mtft.core.errors import ConfigError, DataError
+from mtft.core.labels import IGNORE_INDEX
+from mtft.data.sources import load_split
 from mtft.fixtures import GENERIC_TEXT
 from mtft.tasks.base import DatasetRef
 
@@ -30,12 +30,15 @@ def corpus_path(corpus: CorpusSection) -> str:
 def corpus_texts(config: RunConfig, language: str, split: str, limit: Optional[int] = None) -> list[str]:
     """The non-empty texts of one language's split, through the same ``load_split`` as task data."""
     corpus = config.corpus
-    ref = DatasetRef(path=corpus_path(corpus), name=corpus.name.format(language=language), split=split,
-                     language=language)
+    ref = DatasetRef(
+        path=corpus_path(corpus), name=corpus.name.format(language=language), split=split, language=language
+    )
     dataset = load_split(ref, config.data.sources, config.data.cache_dir)
     if corpus.text_column not in dataset.column_names:
-        raise DataError(f"corpus {ref.describe()}: no column {corpus.text_column!r} (corpus.text_column); it has: "
-                        f"{', '.join(dataset.column_names)}")
+        raise DataError(
+            f"corpus {ref.describe()}: no column {corpus.text_column!r} (corpus.text_column); it has: "
+            f"{', '.join(dataset.column_names)}"
+        )
     texts = [t for t in dataset[corpus.text_column] if isinstance(t, str) and t.strip()]
     if not texts:
         raise DataError(f"corpus {ref.describe()}: no non-empty texts in column {corpus.text_column!r}")
@@ -52,8 +55,9 @@ def corpus_languages(config: RunConfig, task_languages: Sequence[str] = ()) -> l
 def masking_collator(tokenizer, probability: float, seed: Optional[int] = None) -> DataCollatorForLanguageModeling:
     if tokenizer.mask_token_id is None:
         raise ConfigError("the backbone's tokenizer has no mask token; L_p and pre-training need a masked-LM")
-    return DataCollatorForLanguageModeling(tokenizer, mlm=True, mlm_probability=probability, seed=seed,
-                                           return_tensors="pt")
+    return DataCollatorForLanguageModeling(
+        tokenizer, mlm=True, mlm_probability=probability, seed=seed, return_tensors="pt"
+    )
 
 
 @dataclass
@@ -111,8 +115,10 @@ def build_eval_set(config: RunConfig, tokenizer, languages: Sequence[str], max_l
         for ids, masked, labels in zip(encoded, batch["input_ids"], batch["labels"]):
             rows.append(MaskedExample(masked[: len(ids)].tolist(), labels[: len(ids)].tolist()))
         if not any(label != IGNORE_INDEX for r in rows for label in r.labels):
-            raise DataError(f"corpus language {language!r}: no token was masked in {len(rows)} texts; "
-                            "raise corpus.max_eval_examples or corpus.mlm_probability")
+            raise DataError(
+                f"corpus language {language!r}: no token was masked in {len(rows)} texts; "
+                "raise corpus.max_eval_examples or corpus.mlm_probability"
+            )
         examples[language] = rows
     return MlmEvalSet(examples, tokenizer.pad_token_id)
 

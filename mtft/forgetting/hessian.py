@@ -50,8 +50,14 @@ class EigenResult:
 class LpObjective:
     """L_p(θ) = mean over languages of the per-language mean masked-LM loss, on fixed ``batches``."""
 
-    def __init__(self, mlm: MaskedLM, names: list[str], batches: Mapping[str, list[dict[str, torch.Tensor]]],
-                 device, fixed: Optional[dict[str, torch.Tensor]] = None):
+    def __init__(
+        self,
+        mlm: MaskedLM,
+        names: list[str],
+        batches: Mapping[str, list[dict[str, torch.Tensor]]],
+        device,
+        fixed: Optional[dict[str, torch.Tensor]] = None,
+    ):
         self.mlm, self.names, self.device = mlm, names, device
         self.batches = {lang: [{k: v.to(device) for k, v in b.items()} for b in bs] for lang, bs in batches.items()}
         self.fixed = fixed or {}
@@ -123,13 +129,17 @@ class LpObjective:
         """g_pᵀΔ + ½ ΔᵀH_pΔ at ``point`` (= θ_p) with one Hessian-vector product."""
         loss, grad, product = self.hvp(point, delta)
         linear, quadratic = dot(grad, delta), 0.5 * dot(delta, product)
-        return {"loss": loss, "linear": linear, "quadratic": quadratic, "prediction": linear + quadratic,
-                "grad_norm": norm(grad)}
+        return {
+            "loss": loss,
+            "linear": linear,
+            "quadratic": quadratic,
+            "prediction": linear + quadratic,
+            "grad_norm": norm(grad),
+        }
 
     def random_vector(self, point: Mapping[str, torch.Tensor], seed: int) -> Vector:
         generator = torch.Generator().manual_seed(seed)
-        return [torch.randn(point[n].shape, generator=generator, dtype=torch.float32).to(point[n])
-                for n in self.names]
+        return [torch.randn(point[n].shape, generator=generator, dtype=torch.float32).to(point[n]) for n in self.names]
 
 
 def power_iteration(matvec: Callable[[Vector], Vector], start: Vector, iterations: int, tol: float) -> EigenResult:
@@ -186,8 +196,7 @@ def lanczos(matvec: Callable[[Vector], Vector], start: Vector, iterations: int, 
     v0 = np.concatenate([x.detach().double().cpu().reshape(-1).numpy() for x in start])
     ncv = min(n, 20)
     try:
-        values, vectors = eigsh(operator, k=1, which="LA", v0=v0, tol=tol, ncv=ncv,
-                                maxiter=max(1, iterations // ncv))
+        values, vectors = eigsh(operator, k=1, which="LA", v0=v0, tol=tol, ncv=ncv, maxiter=max(1, iterations // ncv))
         converged = True
     except ArpackNoConvergence as exc:
         if len(exc.eigenvalues) == 0:

@@ -18,8 +18,8 @@ import torch
 from torch import nn
 from transformers import AutoModelForMaskedLM, PretrainedConfig
 
-from mtft.core.labels import IGNORE_INDEX
 from mtft.core.errors import ConfigError
+from mtft.core.labels import IGNORE_INDEX
 from mtft.core.rows import labelled_rows
 
 
@@ -34,8 +34,9 @@ class MaskedLM(nn.Module):
             tied_output.weight = encoder.get_input_embeddings().weight
         self.adapter = 0  # the task adapter (Multi-LoRA) that every row is routed to
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         task = torch.full((input_ids.shape[0],), self.adapter, dtype=torch.long, device=input_ids.device)
         # adapters route by the declared task, or by objective with model.adapter.granularity: objective
         with labelled_rows(task=task, objective=task):
@@ -59,15 +60,18 @@ def split_mlm_model(mlm: nn.Module) -> tuple[nn.Module, nn.Module, Optional[nn.M
     prefix = mlm.base_model_prefix
     heads = [module for name, module in mlm.named_children() if name != prefix]
     if len(heads) != 1:
-        raise ConfigError(f"{type(mlm).__name__} has {len(heads)} modules besides its encoder; mtft needs one "
-                          "masked-LM head module (as XLM-R's lm_head or BERT's cls)")
+        raise ConfigError(
+            f"{type(mlm).__name__} has {len(heads)} modules besides its encoder; mtft needs one "
+            "masked-LM head module (as XLM-R's lm_head or BERT's cls)"
+        )
     output, inputs = mlm.get_output_embeddings(), mlm.get_input_embeddings()
     tied = output is not None and output.weight is inputs.weight
     return getattr(mlm, prefix), heads[0], output if tied else None
 
 
-def load_mlm_model(backbone: str, revision: Optional[str], trust_remote_code: bool,
-                   config: Optional[PretrainedConfig] = None) -> nn.Module:
+def load_mlm_model(
+    backbone: str, revision: Optional[str], trust_remote_code: bool, config: Optional[PretrainedConfig] = None
+) -> nn.Module:
     """The backbone as a masked-LM: from the Hub or a folder, or built from ``config`` (the tiny encoder)."""
     if config is not None:
         with torch.random.fork_rng(devices=[]):  # a fresh head must not move the run's RNG

@@ -1,4 +1,5 @@
-"""The Theorem-1 monitor of a fine-tuning run (SPEC §1, §4).
+"""The Theorem-1 monitor of a fine-tuning run (Mao et al., 2022, "Less-forgetting multi-lingual fine-tuning";
+Springer et al., 2025, "Overtrained language models are harder to fine-tune").
 
 Every step, from the actual update: K, Σ_k ||Δθ_k||², ||θ − θ_p||², and the displacement and path bounds
 (λ_p/2)·||θ − θ_p||² and (λ_p/2)·K·Σ||Δθ_k||² (cheap: norms of the tensors fine-tuning moves). Every
@@ -29,12 +30,12 @@ from typing import Any, Optional
 
 import torch
 
+from mtft.adapters import build_method
 from mtft.config.deepspeed import use_bf16, zero_stage
 from mtft.config.paths import cache_dir
 from mtft.config.schema import RunConfig
 from mtft.core.errors import ConfigError
 from mtft.forgetting.corpus import MlmEvalSet, build_eval_set, corpus_languages
-from mtft.adapters.displacement import FullDisplacement, LoraDisplacement
 from mtft.forgetting.hessian import EigenResult, LpObjective, top_eigenvalue
 from mtft.forgetting.mlm import attach_head, load_mlm_model, lp_per_language, lp_sums
 from mtft.forgetting.probe import gaussian_probe, init_stds, probe_lp
@@ -58,18 +59,24 @@ def prepare_forgetting(config: RunConfig, model_config: RunConfig, data) -> Opti
         return None
     stage = zero_stage(config)
     if stage == 3:
-        raise ConfigError("forgetting monitors need every weight in full on each rank; use ZeRO stage 0-2 "
-                          f"(not 3, from {config.training.deepspeed_config}) or forgetting.enabled=false")
+        raise ConfigError(
+            "forgetting monitors need every weight in full on each rank; use ZeRO stage 0-2 "
+            f"(not 3, from {config.training.deepspeed_config}) or forgetting.enabled=false"
+        )
     if cfg.budget is not None and cfg.budget.action == "scale" and (stage > 0 or use_bf16(config.training)):
-        raise ConfigError("forgetting.budget.action=scale edits the weights the optimizer steps, which needs "
-                          "ZeRO stage 0 in fp32; use action=stop here")
-    if config.model.adapter.method == "head":
-        logger.info("forgetting monitors: model.adapter.method=head keeps the encoder frozen, so L_p cannot "
-                    "change (F_p = 0); monitors off")
+        raise ConfigError(
+            "forgetting.budget.action=scale edits the weights the optimizer steps, which needs "
+            "ZeRO stage 0 in fp32; use action=stop here"
+        )
+    off = build_method(config.model.adapter).monitors_off
+    if off is not None:
+        logger.info(f"forgetting monitors: model.adapter.method={config.model.adapter.method} {off}; monitors off")
         return None
     if config.model.backbone != "tiny" and config.corpus.path is None and not config.pretrain.before_finetune:
-        logger.warning("forgetting monitors: corpus.path is not set, so L_p is measured on the built-in "
-                       "synthetic corpus; set corpus.path to generic text in your backbone's languages")
+        logger.warning(
+            "forgetting monitors: corpus.path is not set, so L_p is measured on the built-in "
+            "synthetic corpus; set corpus.path to generic text in your backbone's languages"
+        )
     languages = corpus_languages(config, [lang for td in data.tasks.values() for lang in td.languages])
     return ForgettingSetup(build_eval_set(config, data.tokenizer, languages, config.data.max_length), model_config)
 
@@ -95,9 +102,13 @@ class NullMonitor:
     """Monitors off: every hook does nothing."""
 
     def start(self, step, log) -> None: ...
-    def after_step(self, step) -> Optional[str]: return None
+    def after_step(self, step) -> Optional[str]:
+        return None
+
     def end(self, step) -> None: ...
-    def state_dict(self) -> dict: return {}
+    def state_dict(self) -> dict:
+        return {}
+
     def load_state_dict(self, state) -> None: ...
 
 
@@ -110,16 +121,17 @@ class ForgettingMonitor:
         model = setup.model_config.model
         self.backbone = model.backbone
         encoder = engine.module.encoder
-        self.mlm_model = load_mlm_model(model.backbone, model.revision, model.trust_remote_code,
-                                        encoder.config if model.backbone == "tiny" else None)
+        self.mlm_model = load_mlm_model(
+            model.backbone,
+            model.revision,
+            model.trust_remote_code,
+            encoder.config if model.backbone == "tiny" else None,
+        )
         self.mlm = attach_head(encoder, self.mlm_model)
-        if config.model.adapter.method == "multi_lora":
-            slots = data.tasks if config.model.adapter.granularity == "task" else data.objective_names
-            self.tracker = LoraDisplacement(encoder, list(slots))
-        else:
-            self.tracker = FullDisplacement(encoder)
+        self.tracker = build_method(config.model.adapter).tracker(encoder, data.head_tasks(), data.objective_names)
         self.groups = self.tracker.groups
         names, fixed = self.tracker.hessian_subset()
+
         def batches(limit):
             return {lang: self.eval_set.batches(lang, self.cfg.batch_size, limit) for lang in self.eval_set.languages}
 
@@ -159,20 +171,25 @@ class ForgettingMonitor:
             self.lp_batch_pretrained = self._lp_batch()
             start = time.perf_counter()
             self.eigen, cached = self._lambda_p()
-        values = {"lambda_p": self.lambda_p, **{f"eigen_{k}": v for k, v in self.eigen.as_dict().items()
-                                                if k != "history"},
-                  "cached": cached, "seconds": time.perf_counter() - start,
-                  "parameters": sum(self.objective_point()[n].numel() for n in self.objective.names),
-                  "hessian_examples_per_language": self.cfg.hessian_examples,
-                  "prediction_examples_per_language": self.cfg.prediction_examples,
-                  "lp_batch_pretrained": self.lp_batch_pretrained,
-                  **{f"lp_pretrained/{lang}": v for lang, v in self.lp_pretrained.items()}}
+        values = {
+            "lambda_p": self.lambda_p,
+            **{f"eigen_{k}": v for k, v in self.eigen.as_dict().items() if k != "history"},
+            "cached": cached,
+            "seconds": time.perf_counter() - start,
+            "parameters": sum(self.objective_point()[n].numel() for n in self.objective.names),
+            "hessian_examples_per_language": self.cfg.hessian_examples,
+            "prediction_examples_per_language": self.cfg.prediction_examples,
+            "lp_batch_pretrained": self.lp_batch_pretrained,
+            **{f"lp_pretrained/{lang}": v for lang, v in self.lp_pretrained.items()},
+        }
         if step == 0:  # a resumed run keeps the event its first attempt logged
             log.log(step, "lambda_p", values)
         state = "converged" if self.eigen.converged else "NOT converged"
-        logger.info(f"forgetting: λ_p = {self.lambda_p:.6g} ({self.eigen.method}, {self.eigen.products} Hessian-vector "
-                    f"products, residual {self.eigen.residual:.2e}, {state}{', cached' if cached else ''}); "
-                    f"L_p(θ_p) = " + ", ".join(f"{k} {v:.4f}" for k, v in self.lp_pretrained.items()))
+        logger.info(
+            f"forgetting: λ_p = {self.lambda_p:.6g} ({self.eigen.method}, {self.eigen.products} Hessian-vector "
+            f"products, residual {self.eigen.residual:.2e}, {state}{', cached' if cached else ''}); "
+            f"L_p(θ_p) = " + ", ".join(f"{k} {v:.4f}" for k, v in self.lp_pretrained.items())
+        )
 
     def objective_point(self) -> dict[str, torch.Tensor]:
         return self.tracker.pretrained_point()
@@ -189,8 +206,10 @@ class ForgettingMonitor:
                 if budget.action == "stop":
                     stop = "forgetting_budget"
                 else:
-                    alphas = [budget_alpha(prev, upd, new, 2.0 * budget.value / self.lambda_p) if b > budget.value else 1.0
-                              for prev, upd, new, b in zip(self.distance_sq, update_sq, distance_sq, bounds)]
+                    alphas = [
+                        budget_alpha(prev, upd, new, 2.0 * budget.value / self.lambda_p) if b > budget.value else 1.0
+                        for prev, upd, new, b in zip(self.distance_sq, update_sq, distance_sq, bounds)
+                    ]
                     self.tracker.scale_update(alphas)
                     update_sq, distance_sq = self.tracker.measure()
                     self.log.log(step, "budget", {_key("alpha", g): a for g, a in zip(self.groups, alphas)})
@@ -243,17 +262,21 @@ class ForgettingMonitor:
                 values[_key("lp", group, lang)] = lp[lang]
                 values[_key("F_p", group, lang)] = forgetting[lang]
             bound = values[_key("bound_displacement", group)]
-            values.update({
-                _key("F_p", group): mean_forgetting,
-                _key("F_batch", group): batch_forgetting,
-                _key("prediction", group): second["prediction"],
-                _key("linear", group): second["linear"],
-                _key("quadratic", group): second["quadratic"],
-                _key("exceeds_bound", group): int(mean_forgetting > bound),
-            })
+            values.update(
+                {
+                    _key("F_p", group): mean_forgetting,
+                    _key("F_batch", group): batch_forgetting,
+                    _key("prediction", group): second["prediction"],
+                    _key("linear", group): second["linear"],
+                    _key("quadratic", group): second["quadratic"],
+                    _key("exceeds_bound", group): int(mean_forgetting > bound),
+                }
+            )
             if mean_forgetting > bound:
-                logger.warning(f"step {step}: measured forgetting{' of ' + group if group else ''} "
-                               f"F_p = {mean_forgetting:.4g} exceeds the Theorem-1 bound {bound:.4g}")
+                logger.warning(
+                    f"step {step}: measured forgetting{' of ' + group if group else ''} "
+                    f"F_p = {mean_forgetting:.4g} exceeds the Theorem-1 bound {bound:.4g}"
+                )
         values["seconds"] = time.perf_counter() - start  # what the measurement cost (bench/forgetting_overhead.py)
         self.log.log(step, "forgetting", values)
         self.last_evaluated = step
@@ -282,12 +305,27 @@ class ForgettingMonitor:
         for result in results:
             for row in result.summary():
                 self.log.log(step, "probe", {**row, "perturbed": result.perturbed, "untouched": result.untouched})
-        logger.info(f"sensitivity probe: {len(results)} model(s) × {len(probe.gammas)} γ × {probe.seeds} seeds in "
-                    f"{time.perf_counter() - start:.1f} s -> probe.json")
-        (self.run_dir / "probe.json").write_text(json.dumps(
-            [{"model": r.model, "baseline": r.baseline, "trials": r.trials, "summary": r.summary(),
-              "perturbed_parameters": r.perturbed, "untouched_parameters": r.untouched} for r in results],
-            indent=2) + "\n")
+        logger.info(
+            f"sensitivity probe: {len(results)} model(s) × {len(probe.gammas)} γ × {probe.seeds} seeds in "
+            f"{time.perf_counter() - start:.1f} s -> probe.json"
+        )
+        (self.run_dir / "probe.json").write_text(
+            json.dumps(
+                [
+                    {
+                        "model": r.model,
+                        "baseline": r.baseline,
+                        "trials": r.trials,
+                        "summary": r.summary(),
+                        "perturbed_parameters": r.perturbed,
+                        "untouched_parameters": r.untouched,
+                    }
+                    for r in results
+                ],
+                indent=2,
+            )
+            + "\n"
+        )
 
     def _fresh_model(self):
         return load_mlm_model("tiny", None, False, self.mlm_model.config)
@@ -305,8 +343,13 @@ class ForgettingMonitor:
             return EigenResult(**data["eigen"]), True
         point = self.objective_point()
         start_vector = self.eigen_objective.random_vector(point, seed=0)
-        result = top_eigenvalue(lambda v: self.eigen_objective.hvp(point, v)[2], start_vector, self.cfg.eigen_method,
-                                self.cfg.eigen_iterations, self.cfg.eigen_tol)
+        result = top_eigenvalue(
+            lambda v: self.eigen_objective.hvp(point, v)[2],
+            start_vector,
+            self.cfg.eigen_method,
+            self.cfg.eigen_iterations,
+            self.cfg.eigen_tol,
+        )
         if distributed:
             value = torch.tensor([result.value], dtype=torch.float64, device=self.device)
             torch.distributed.broadcast(value, src=0)  # one λ_p for every rank's budget decisions
@@ -319,9 +362,11 @@ class ForgettingMonitor:
         return result, False
 
     def _cache_key(self) -> str:
-        digest = hashlib.sha256(f"lambda-v{LAMBDA_VERSION}|{self.cfg.eigen_method}|{self.cfg.eigen_iterations}|"
-                                f"{self.cfg.eigen_tol}|{self.cfg.hessian_examples}|{self.objective.names}|"
-                                f"{sorted(self.objective.fixed)}|{self.eval_set.digest()}".encode())
+        digest = hashlib.sha256(
+            f"lambda-v{LAMBDA_VERSION}|{self.cfg.eigen_method}|{self.cfg.eigen_iterations}|"
+            f"{self.cfg.eigen_tol}|{self.cfg.hessian_examples}|{self.objective.names}|"
+            f"{sorted(self.objective.fixed)}|{self.eval_set.digest()}".encode()
+        )
         for name, param in self.mlm.named_parameters():  # θ_p itself (the caller holds it in place)
             digest.update(name.encode())
             digest.update(param.detach().float().cpu().contiguous().view(torch.uint8).numpy().tobytes())

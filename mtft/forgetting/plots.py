@@ -32,21 +32,56 @@ def plot_forgetting(events: list[dict[str, Any]], groups: list[str], path: Path)
     fig, axes = plt.subplots(1, len(groups), figsize=(6.4 * len(groups), 4.4), squeeze=False)
     for ax, group in zip(axes[0], groups):
         steps = [e["step"] for e in tracked]
-        ax.plot(steps, [e[_key("bound_path", group)] for e in tracked], color="tab:gray", ls="--",
-                label="path bound (λ_p/2)·K·Σ||Δθ_k||²")
-        ax.plot(steps, [e[_key("bound_displacement", group)] for e in tracked], color="tab:blue",
-                label="displacement bound (λ_p/2)·||θ−θ_p||²")
+        ax.plot(
+            steps,
+            [e[_key("bound_path", group)] for e in tracked],
+            color="tab:gray",
+            ls="--",
+            label="path bound (λ_p/2)·K·Σ||Δθ_k||²",
+        )
+        ax.plot(
+            steps,
+            [e[_key("bound_displacement", group)] for e in tracked],
+            color="tab:blue",
+            label="displacement bound (λ_p/2)·||θ−θ_p||²",
+        )
         m_steps = [e["step"] for e in measured]
-        ax.plot(m_steps, [e[_key("prediction", group)] for e in measured], color="tab:green", marker="s", ms=4,
-                label="2nd-order prediction g_pᵀΔ+½ΔᵀHΔ (batch)")
-        ax.plot(m_steps, [e[_key("F_batch", group)] for e in measured], color="tab:olive", marker="^", ms=4,
-                ls=":", label="measured F_p (prediction batch)")
-        ax.plot(m_steps, [e[_key("F_p", group)] for e in measured], color="black", marker="o", ms=4,
-                label="measured F_p (held-out corpus)")
+        ax.plot(
+            m_steps,
+            [e[_key("prediction", group)] for e in measured],
+            color="tab:green",
+            marker="s",
+            ms=4,
+            label="2nd-order prediction g_pᵀΔ+½ΔᵀHΔ (batch)",
+        )
+        ax.plot(
+            m_steps,
+            [e[_key("F_batch", group)] for e in measured],
+            color="tab:olive",
+            marker="^",
+            ms=4,
+            ls=":",
+            label="measured F_p (prediction batch)",
+        )
+        ax.plot(
+            m_steps,
+            [e[_key("F_p", group)] for e in measured],
+            color="black",
+            marker="o",
+            ms=4,
+            label="measured F_p (held-out corpus)",
+        )
         over = [e for e in measured if e.get(_key("exceeds_bound", group))]
         if over:
-            ax.scatter([e["step"] for e in over], [e[_key("F_p", group)] for e in over], s=80, facecolors="none",
-                       edgecolors="red", zorder=5, label="F_p above the bound")
+            ax.scatter(
+                [e["step"] for e in over],
+                [e[_key("F_p", group)] for e in over],
+                s=80,
+                facecolors="none",
+                edgecolors="red",
+                zorder=5,
+                label="F_p above the bound",
+            )
         ax.set_yscale("symlog", linthresh=1e-4)
         ax.set_xlabel("step")
         ax.set_ylabel("rise of L_p (nats)")
@@ -66,8 +101,15 @@ def plot_sensitivity(rows: list[dict[str, Any]], languages: list[str], path: Pat
     for ax, panel in zip(axes[0], panels):
         for model in models:
             mine = sorted((r for r in rows if r["model"] == model), key=lambda r: r["gamma"])
-            ax.errorbar([r["gamma"] for r in mine], [r[f"dlp/{panel}/mean"] for r in mine],
-                        yerr=[r[f"dlp/{panel}/std"] for r in mine], marker="o", ms=4, capsize=3, label=model)
+            ax.errorbar(
+                [r["gamma"] for r in mine],
+                [r[f"dlp/{panel}/mean"] for r in mine],
+                yerr=[r[f"dlp/{panel}/std"] for r in mine],
+                marker="o",
+                ms=4,
+                capsize=3,
+                label=model,
+            )
         ax.set_xscale("log")
         ax.set_xlabel("γ (noise std / init std)")
         ax.set_title("mean over languages" if panel == "mean" else panel)
@@ -99,12 +141,22 @@ def plot_pretrain(events: list[dict[str, Any]], path: Path) -> Optional[Path]:
     if not train:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    ax.plot([e["tokens"] for e in train], [e["loss"] for e in train], color="tab:gray", lw=0.8,
-            label="training loss (masked-LM)")
+    ax.plot(
+        [e["tokens"] for e in train],
+        [e["loss"] for e in train],
+        color="tab:gray",
+        lw=0.8,
+        label="training loss (masked-LM)",
+    )
     languages = sorted({k.removeprefix("lp/") for e in budgets for k in e if k.startswith("lp/")})
     for lang in languages:
-        ax.plot([e["tokens_seen"] for e in budgets], [e[f"lp/{lang}"] for e in budgets], marker="o", ms=4,
-                label=f"held-out L_p {lang}")
+        ax.plot(
+            [e["tokens_seen"] for e in budgets],
+            [e[f"lp/{lang}"] for e in budgets],
+            marker="o",
+            ms=4,
+            label=f"held-out L_p {lang}",
+        )
     ax.set_xlabel("tokens")
     ax.set_ylabel("loss (nats)")
     ax.set_title("Masked-LM pre-training")

@@ -1,4 +1,5 @@
-"""The Gaussian sensitivity probe (SPEC §4, eq. 1): θ̃ = θ + ε, ε ~ N(0, γ²Σ), Σ the initialisation covariance.
+"""The Gaussian sensitivity probe (Springer et al., 2025, eq. 1): θ̃ = θ + ε, ε ~ N(0, γ²Σ), Σ the initialisation
+covariance.
 
 Noise scale per tensor. Σ is the covariance of the initialisation distribution of each parameter, so a tensor's
 noise std is γ × the std its entries are drawn with at initialisation -- the same for every checkpoint. mtft
@@ -32,8 +33,11 @@ def init_stds(mlm: MaskedLM, fresh: nn.Module) -> dict[str, float]:
     head_name = next(name for name, _ in fresh.named_children() if name != prefix)
     reference = {}
     for name, param in fresh.named_parameters():
-        mapped = "encoder." + name[len(prefix) + 1 :] if name.startswith(prefix + ".") else \
-            "head." + name[len(head_name) + 1 :]
+        mapped = (
+            "encoder." + name[len(prefix) + 1 :]
+            if name.startswith(prefix + ".")
+            else "head." + name[len(head_name) + 1 :]
+        )
         values = param.detach().double()
         reference[mapped] = float(values.std()) if values.numel() > 1 else 0.0
     stds = {}
@@ -68,13 +72,23 @@ class ProbeResult:
 
 
 @torch.no_grad()
-def gaussian_probe(mlm: MaskedLM, stds: dict[str, float], evaluate: Callable[[], dict[str, float]],
-                   gammas: Sequence[float], seeds: int, model: str = "model") -> ProbeResult:
+def gaussian_probe(
+    mlm: MaskedLM,
+    stds: dict[str, float],
+    evaluate: Callable[[], dict[str, float]],
+    gammas: Sequence[float],
+    seeds: int,
+    model: str = "model",
+) -> ProbeResult:
     """ΔL_p under noise of std γ·σ_init for every γ and ``seeds`` noise seeds; weights restored exactly."""
     params = {name: p for name, p in mlm.named_parameters() if stds.get(name, 0.0) > 0}
     saved = {name: p.detach().clone() for name, p in params.items()}
-    result = ProbeResult(model, evaluate(), perturbed=sum(p.numel() for p in params.values()),
-                         untouched=sum(p.numel() for n, p in mlm.named_parameters() if n not in params))
+    result = ProbeResult(
+        model,
+        evaluate(),
+        perturbed=sum(p.numel() for p in params.values()),
+        untouched=sum(p.numel() for n, p in mlm.named_parameters() if n not in params),
+    )
     try:
         for g, gamma in enumerate(gammas):
             for seed in range(seeds):

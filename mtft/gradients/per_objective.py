@@ -22,7 +22,7 @@ gradient per *example*; summing per objective inside the hook is what makes this
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional, Sequence, Union, cast
 
 import torch
 from torch import nn
@@ -36,6 +36,8 @@ SUPPORTED = (nn.Linear, nn.Embedding, nn.LayerNorm, RoutedLoraB)
 # touched rows only -- for Multi-LoRA this makes G block-diagonal across tasks, as the B's of different tasks
 # are disjoint parameters.
 ROW_SPARSE = (nn.Embedding, RoutedLoraB)
+# (objective, its rows): a slice when the batch is sorted by objective, else an index tensor.
+Segments = Sequence[tuple[int, Union[slice, torch.Tensor]]]
 
 
 class PerObjectiveGradients:
@@ -71,15 +73,18 @@ class PerObjectiveGradients:
         sizes = [p.numel() for p in params]
         self.flat = torch.zeros(num_objectives, sum(sizes), dtype=dtype, device=params[0].device if params else None)
         self.dense_start = sum(p.numel() for p in self.embeddings)
-        self.views: dict[nn.Parameter, torch.Tensor] = {}
-        self.index = {p: i for i, p in enumerate(params)}
+        # keyed by tensor: torch types a module's ``weight`` as a Tensor (each key is a Parameter)
+        self.views: dict[torch.Tensor, torch.Tensor] = {}
+        self.index: dict[torch.Tensor, int] = {p: i for i, p in enumerate(params)}
         offset = 0
         for p, size in zip(params, sizes):
             self.views[p] = self.flat[:, offset : offset + size].view(num_objectives, *p.shape)
             offset += size
         # Rows of each row-sparse weight that this step touched: only they are non-zero in its buffers.
-        self.row_mask = {p: torch.zeros(p.shape[0], dtype=torch.bool, device=p.device) for p in self.embeddings}
-        self._handles: list = []
+        self.row_mask: dict[torch.Tensor, torch.Tensor] = {
+            p: torch.zeros(p.shape[0], dtype=torch.bool, device=p.device) for p in self.embeddings
+        }
+        self._handles: list[torch.utils.hooks.RemovableHandle] = []
         self._active = False
         # (parameter, objective) pairs written since zero(): the first write overwrites, later ones add, and
         # finalize() zeroes the rest -- cheaper than clearing all T × P floats every step.
@@ -130,11 +135,11 @@ class PerObjectiveGradients:
                 torch.distributed.all_reduce(union)
                 mask.copy_(union > 0)
 
-    def touched_rows(self, param: nn.Parameter) -> torch.Tensor:
+    def touched_rows(self, param: torch.Tensor) -> torch.Tensor:
         return self.row_mask[param].nonzero(as_tuple=True)[0]
 
     # ------------------------------------------------------------------------------------------------
-    def _forward_hook(self, module: nn.Module, inputs: tuple, output: torch.Tensor):
+    def _forward_hook(self, module: nn.Module, inputs: tuple[Any, ...], output: torch.Tensor) -> Optional[torch.Tensor]:
         if not self._active:
             return None
         rows = row_labels("objective", type(module).__name__, output.shape[0])
@@ -149,17 +154,18 @@ class PerObjectiveGradients:
         return output
 
     @torch.no_grad()
-    def _accumulate(self, module: nn.Module, x: torch.Tensor, segments, grad: torch.Tensor) -> None:
+    def _accumulate(self, module: nn.Module, x: Any, segments: Segments, grad: torch.Tensor) -> None:
+        """``x``: the layer's saved input, or (A·x, slots) for a :class:`RoutedLoraB`."""
         if isinstance(module, nn.Linear):
             self._linear(module, x, segments, grad)
         elif isinstance(module, nn.Embedding):
             self._embedding(module, x, segments, grad)
         elif isinstance(module, RoutedLoraB):
-            self._routed_lora_b(module, *x, segments, grad)
+            self._routed_lora_b(module, *cast(tuple[torch.Tensor, torch.Tensor], x), segments, grad)
         else:
-            self._layer_norm(module, x, segments, grad)
+            self._layer_norm(cast(nn.LayerNorm, module), x, segments, grad)  # the last SUPPORTED type
 
-    def _linear(self, module: nn.Linear, x, segments, grad) -> None:
+    def _linear(self, module: nn.Linear, x: torch.Tensor, segments: Segments, grad: torch.Tensor) -> None:
         for t, rows in segments:
             g = grad[rows].reshape(-1, grad.shape[-1])
             if module.weight in self.views:
@@ -167,7 +173,7 @@ class PerObjectiveGradients:
             if module.bias is not None and module.bias in self.views:
                 self._write(module.bias, t, g.sum(0))
 
-    def _embedding(self, module: nn.Embedding, ids, segments, grad) -> None:
+    def _embedding(self, module: nn.Embedding, ids: torch.Tensor, segments: Segments, grad: torch.Tensor) -> None:
         for t, rows in segments:
             index, g = ids[rows].reshape(-1), grad[rows].reshape(-1, grad.shape[-1])
             if module.padding_idx is not None:  # nn.Embedding gives the padding row no gradient
@@ -176,7 +182,9 @@ class PerObjectiveGradients:
             self.row_mask[module.weight][index] = True
             self.views[module.weight][t].index_add_(0, index, g.to(self.flat.dtype))
 
-    def _routed_lora_b(self, module: RoutedLoraB, shared, slots, segments, grad) -> None:
+    def _routed_lora_b(
+        self, module: RoutedLoraB, shared: torch.Tensor, slots: torch.Tensor, segments: Segments, grad: torch.Tensor
+    ) -> None:
         for t, rows in segments:
             row_slots = slots[rows]
             for j in torch.unique(row_slots).tolist():  # one slot per objective unless objectives span tasks
@@ -186,30 +194,30 @@ class PerObjectiveGradients:
                 self.row_mask[module.weight][j] = True
                 self.views[module.weight][t, j].addmm_(g.t().to(self.flat.dtype), a_x.to(self.flat.dtype))
 
-    def _layer_norm(self, module: nn.LayerNorm, x, segments, grad) -> None:
+    def _layer_norm(self, module: nn.LayerNorm, x: torch.Tensor, segments: Segments, grad: torch.Tensor) -> None:
         has_weight = module.weight is not None and module.weight in self.views
         normalised = nn.functional.layer_norm(x, module.normalized_shape, eps=module.eps) if has_weight else None
         width = int(torch.tensor(module.normalized_shape).prod())
         for t, rows in segments:
             g = grad[rows].reshape(-1, width)
-            if has_weight:
-                self._write(module.weight, t, (g * normalised[rows].reshape(-1, width)).sum(0))
+            if has_weight:  # then normalised is a tensor
+                self._write(module.weight, t, (g * normalised[rows].reshape(-1, width)).sum(0))  # type: ignore[index]
             if module.bias is not None and module.bias in self.views:
                 self._write(module.bias, t, g.sum(0))
 
-    def _target(self, param: nn.Parameter, t: int) -> tuple[torch.Tensor, bool]:
+    def _target(self, param: torch.Tensor, t: int) -> tuple[torch.Tensor, bool]:
         """Objective t's buffer of ``param``, and whether this is the step's first write to it (overwrite)."""
         key = (self.index[param], t)
         first = key not in self._touched
         self._touched.add(key)
         return self.views[param][t], first
 
-    def _write(self, param: nn.Parameter, t: int, value: torch.Tensor) -> None:
+    def _write(self, param: torch.Tensor, t: int, value: torch.Tensor) -> None:
         target, first = self._target(param, t)
         value = value.reshape(target.shape).to(target.dtype)
         target.copy_(value) if first else target.add_(value)
 
-    def _write_product(self, param: nn.Parameter, t: int, a: torch.Tensor, b: torch.Tensor) -> None:
+    def _write_product(self, param: torch.Tensor, t: int, a: torch.Tensor, b: torch.Tensor) -> None:
         if a.dtype != self.flat.dtype:  # e.g. bf16 activations, float32 buffers
             return self._write(param, t, a @ b)
         target, first = self._target(param, t)
@@ -219,8 +227,9 @@ class PerObjectiveGradients:
             target.addmm_(a, b)
 
     # ------------------------------------------------------------------------------------------------
-    def gram(self, params: list[nn.Parameter], only_rows: Optional[dict[nn.Parameter, torch.Tensor]] = None
-             ) -> torch.Tensor:
+    def gram(
+        self, params: list[nn.Parameter], only_rows: Optional[dict[nn.Parameter, torch.Tensor]] = None
+    ) -> torch.Tensor:
         """G_ts = g_tᵀ g_s over ``params``, in float64: row-sparse weights over their touched rows only (and
         within ``only_rows[p]`` where given: e.g. the Multi-LoRA B's that several objectives share), the dense
         rest in one matrix product when every dense parameter is included."""
@@ -237,13 +246,13 @@ class PerObjectiveGradients:
             gram += (block @ block.t()).double().cpu()
         return gram
 
-    def _gram_rows(self, param: nn.Parameter, only_rows: Optional[dict]) -> torch.Tensor:
+    def _gram_rows(self, param: nn.Parameter, only_rows: Optional[dict[nn.Parameter, torch.Tensor]]) -> torch.Tensor:
         rows = self.touched_rows(param)
         if only_rows is not None and param in only_rows:
             rows = rows[torch.isin(rows, only_rows[param].to(rows.device))]
         return rows
 
-    def combine(self, weights: torch.Tensor) -> dict[nn.Parameter, torch.Tensor]:
+    def combine(self, weights: torch.Tensor) -> dict[torch.Tensor, torch.Tensor]:
         """Σ_t w_t g_t for every parameter (weights may fold in a per-objective scale such as 1/count_t)."""
         w = weights.to(self.flat.dtype).to(self.flat.device)
         dense = w @ self.flat[:, self.dense_start :]
@@ -259,13 +268,13 @@ class PerObjectiveGradients:
         return out
 
 
-def _select(rows, keep: torch.Tensor) -> torch.Tensor:
+def _select(rows: Union[slice, torch.Tensor], keep: torch.Tensor) -> torch.Tensor:
     """The rows of a segment (slice or index tensor) where ``keep`` holds."""
     index = torch.arange(rows.start, rows.stop, device=keep.device) if isinstance(rows, slice) else rows
     return index[keep]
 
 
-def _segments(rows: torch.Tensor) -> list[tuple[int, object]]:
+def _segments(rows: torch.Tensor) -> Segments:
     """(objective, row selector) pairs: contiguous slices when rows are sorted by objective."""
     rows = rows.detach()
     if rows.numel() == 0:

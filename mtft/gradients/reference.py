@@ -18,7 +18,5 @@ def reference_objective_gradients(
     rows = []
     for t in range(num_objectives):
         grads = torch.autograd.grad(sums[t], params, retain_graph=True, allow_unused=True)
-        rows.append(torch.cat([
-            (torch.zeros_like(p) if g is None else g).reshape(-1) for g, p in zip(grads, params)
-        ]))
+        rows.append(torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1) for g, p in zip(grads, params)]))
     return torch.stack(rows)

@@ -4,7 +4,7 @@ Why here: ``evaluate.load("seqeval")`` fetches its module from the Hub, which is
 ``seqeval`` package it wraps is installed, so we call it directly.
 
 Tags are word-level IOB2 strings (``O``, ``B-PER``, ``I-PER``...), one per word: the first sub-token of each word
-carries the word's prediction (SPEC §5).
+carries the word's prediction (the XTREME convention for PAN-X; Hu et al., 2020).
 
 Modes:
 

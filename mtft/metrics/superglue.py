@@ -19,8 +19,8 @@ from sklearn.metrics import f1_score
 from mtft.metrics.common import accuracy, macro_f1
 from mtft.metrics.squad import squad_scores
 
-_TRUE = {True, 1, "true", "True", "1"}
-_FALSE = {False, 0, "false", "False", "0"}
+_TRUE = {True, "true", "True", "1"}
+_FALSE = {False, "false", "False", "0"}
 
 
 def _as_bool(value: object, what: str, index: int) -> bool:

@@ -16,13 +16,12 @@ The head owns three things (the task owns the data, see :mod:`mtft.tasks.base`):
 Rows holding several sequences (multiple choice) are expanded by the batch builder into one encoder row per
 sequence; ``group_index`` then says which encoder rows form one example (see ``tasks/README.md``).
 
-Head kinds are registered by import path in :data:`HEAD_CLASSES`, so that a head module is imported only
-when a run uses it.
+Each head kind is paired with the task kind that writes its labels in :data:`mtft.tasks.kinds.KINDS`, which
+builds heads by kind (:func:`mtft.tasks.kinds.build_head`).
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any, ClassVar, Sequence
 
@@ -132,25 +131,3 @@ class SequenceClassificationHead(PooledHead):
 
     def decode(self, logits: torch.Tensor, **context: Any) -> list[str]:
         return [self.label_names[i] for i in logits.argmax(-1).tolist()]
-
-
-# kind -> "module:Class"; a new head kind adds one line here.
-HEAD_CLASSES: dict[str, str] = {
-    "sequence_classification": "mtft.models.heads:SequenceClassificationHead",
-    "token_classification": "mtft.models.token_head:TokenClassificationHead",
-    "question_answering": "mtft.models.qa_head:QuestionAnsweringHead",
-    "regression": "mtft.models.regression_head:RegressionHead",
-    "multiple_choice": "mtft.models.choice_head:MultipleChoiceHead",
-    "candidate_scoring": "mtft.models.choice_head:CandidateScoringHead",
-}
-
-
-def head_class(kind: str) -> type[Head]:
-    if kind not in HEAD_CLASSES:
-        raise KeyError(f"unknown head {kind!r}; valid heads: {', '.join(sorted(HEAD_CLASSES))}")
-    module, _, name = HEAD_CLASSES[kind].partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
-def build_head(kind: str, hidden_size: int, label_names: Sequence[str], dropout: float) -> Head:
-    return head_class(kind)(hidden_size, label_names, dropout)

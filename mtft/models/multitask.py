@@ -56,16 +56,22 @@ class MultiTaskModel(nn.Module):
 
     @torch.no_grad()
     def predict_logits(
-        self, head: str, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-        group_index: Optional[torch.Tensor] = None, objective: Optional[int] = None,
+        self,
+        head: str,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        group_index: Optional[torch.Tensor] = None,
+        objective: Optional[int] = None,
     ) -> Any:
         """Logits of ``head`` for a batch of its rows; ``objective`` (the rows' loss objective, where it is
         a trained one) routes adapters kept per objective; ``group_index`` as in :meth:`forward`."""
+
         def rows(value: int) -> torch.Tensor:
             return torch.full((input_ids.shape[0],), value, dtype=torch.long, device=input_ids.device)
 
-        with labelled_rows(task=rows(self.head_position[head]),
-                           objective=None if objective is None else rows(objective)):
+        with labelled_rows(
+            task=rows(self.head_position[head]), objective=None if objective is None else rows(objective)
+        ):
             hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         context = {"attention_mask": attention_mask}
         if group_index is not None:

@@ -24,9 +24,7 @@ SPECIAL_TOKENS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 
 def load_backbone_tokenizer(backbone: str, revision: Optional[str], trust_remote_code: bool):
     try:
-        tokenizer = AutoTokenizer.from_pretrained(
-            backbone, revision=revision, trust_remote_code=trust_remote_code
-        )
+        tokenizer = AutoTokenizer.from_pretrained(backbone, revision=revision, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"cannot load the tokenizer of model.backbone={backbone!r}: {_first_line(exc)}") from None
     if not getattr(tokenizer, "is_fast", False):
@@ -68,8 +66,14 @@ def _train(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFast:
         single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>", special_tokens=[("<s>", bos), ("</s>", eos)]
     )
     return PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
-        sep_token="</s>", cls_token="<s>", pad_token="<pad>", mask_token="<mask>",
+        tokenizer_object=tokenizer,
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        sep_token="</s>",
+        cls_token="<s>",
+        pad_token="<pad>",
+        mask_token="<mask>",
     )
 
 
@@ -85,8 +89,10 @@ def _canonical_unigram(tokenizer: Tokenizer) -> models.Unigram:
     state = json.loads(tokenizer.to_str())["model"]
     special = [tuple(piece) for piece in state["vocab"][: len(SPECIAL_TOKENS)]]
     assert [piece for piece, _ in special] == SPECIAL_TOKENS, special
-    pieces = sorted(((piece, round(score, 2)) for piece, score in state["vocab"][len(SPECIAL_TOKENS):]),
-                    key=lambda item: (-item[1], item[0]))
+    pieces = sorted(
+        ((piece, round(score, 2)) for piece, score in state["vocab"][len(SPECIAL_TOKENS) :]),
+        key=lambda item: (-item[1], item[0]),
+    )
     return models.Unigram(special + pieces, unk_id=state["unk_id"], byte_fallback=False)
 
 

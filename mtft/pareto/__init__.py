@@ -1,7 +1,7 @@
-"""The Pareto min-norm problem of LF-MLF (SPEC §1, Problem 2): exact solver, certificate, cvxpy reference.
+"""The Pareto min-norm problem of LF-MLF (Mao et al. 2022, Problem 2): exact solver, certificate, cvxpy reference.
 
-    w, cert = solve_min_norm(gram)            # w ≥ 0, Σw = 1, minimising wᵀGw; cert.theorem2 ≥ 0 at the optimum
-    w, cert = solve_min_norm(gram, backend="cvxpy")   # the same problem through cvxpy/Clarabel
+w, cert = solve_min_norm(gram)            # w ≥ 0, Σw = 1, minimising wᵀGw; cert.theorem2 ≥ 0 at the optimum
+w, cert = solve_min_norm(gram, backend="cvxpy")   # the same problem through cvxpy/Clarabel
 """
 
 from mtft.pareto.cvxpy_backend import cvxpy_problem

@@ -10,17 +10,21 @@ update ``R`` (see ``bench/solver.py`` for what that saves).
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any, Optional
 
 import numpy as np
 
+# (problem, R parameter, w variable): cvxpy objects, untyped
+CvxpyProblem = tuple[Any, Any, Any]
+
 
 @lru_cache(maxsize=None)
-def cvxpy_problem(T: int):
+def cvxpy_problem(T: int) -> CvxpyProblem:
     """(problem, R parameter, w variable) for T objectives, built once and cached."""
     return _build(T)
 
 
-def _build(T: int):
+def _build(T: int) -> CvxpyProblem:
     """A fresh (uncached) problem; ``cvxpy_problem`` caches this."""
     import cvxpy as cp
 
@@ -45,7 +49,7 @@ def project_simplex(v: np.ndarray) -> np.ndarray:
     return np.maximum(v - css[rho] / (rho + 1), 0.0)
 
 
-def solve_cvxpy(gram: np.ndarray, problem=None) -> tuple[np.ndarray, int]:
+def solve_cvxpy(gram: np.ndarray, problem: Optional[CvxpyProblem] = None) -> tuple[np.ndarray, int]:
     """(simplex weights, solver iterations) for a validated symmetric Gram; ``problem`` defaults to the cache."""
     import cvxpy as cp
 

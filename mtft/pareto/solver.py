@@ -37,7 +37,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import asdict, dataclass
-from typing import Optional
+from typing import Any, ContextManager, Optional
 
 import numpy as np
 from scipy.linalg.lapack import dgesv as _dgesv
@@ -49,7 +49,7 @@ _PDAS_MAX_ITER = 12
 # Above this T, numpy/scipy's OpenBLAS would start threads for the LU solves; on a busy CPU (a training
 # process beside us) that turns 0.5 ms into 80 ms, so the solve runs single-threaded (threadpoolctl).
 _BLAS_LIMIT_T = 64
-_BLAS: Optional[object] = None
+_BLAS: Any = None  # threadpoolctl's selection of scipy's OpenBLAS; False where unavailable; None: not looked up
 # Optimality tolerance on the scaled problem (max diag = 1): a Frank–Wolfe gap below this is round-off.
 _GAP_TOL = 1e-13
 # Tikhonov shift of the fallback fast path (scaled units): keeps KKT matrices non-singular, costs ≤ δ.
@@ -169,7 +169,7 @@ def solve_min_norm(
     return w, certify(g, w, iters, name, time.perf_counter() - start)
 
 
-def _single_thread_blas():
+def _single_thread_blas() -> ContextManager[Any]:
     """Context limiting numpy's and scipy's OpenBLAS to one thread (a no-op without threadpoolctl)."""
     global _BLAS
     if _BLAS is None:

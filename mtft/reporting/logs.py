@@ -45,7 +45,9 @@ class MetricsLog:
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError:
-                raise ConfigError("logging.tensorboard=true needs the tensorboard package: pip install tensorboard") from None
+                raise ConfigError(
+                    "logging.tensorboard=true needs the tensorboard package: pip install tensorboard"
+                ) from None
             self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=resume_step)
 
     def log(self, step: int, kind: str, values: dict[str, Any]) -> None:

@@ -42,11 +42,17 @@ def write_report(
         lines += [header, "|---|" + "---:|" * len(metrics)]
         for lang in languages[task]:
             lines.append(f"| {lang} | " + " | ".join(_fmt(final.get(f"{task}/{lang}/{m}")) for m in metrics) + " |")
-        lines.append("| **macro average** | " + " | ".join(f"**{_fmt(final.get(f'{task}/{m}'))}**" for m in metrics) + " |")
+        lines.append(
+            "| **macro average** | " + " | ".join(f"**{_fmt(final.get(f'{task}/{m}'))}**" for m in metrics) + " |"
+        )
         lines.append("")
     if best:
-        lines += ["## Best checkpoint", "", f"`{best['metric']}` = {best['value']:.4f} at step {best['step']} "
-                  f"(weights in `best/`).", ""]
+        lines += [
+            "## Best checkpoint",
+            "",
+            f"`{best['metric']}` = {best['value']:.4f} at step {best['step']} (weights in `best/`).",
+            "",
+        ]
     path = run_dir / "report.md"
     path.write_text("\n".join(lines), encoding="utf-8")
     return path
@@ -58,8 +64,12 @@ def _loss_section(events: list[dict[str, Any]]) -> list[str]:
         return []
     keys = sorted(k.removeprefix("loss/") for k in train[0] if k.startswith("loss/"))
     picks = sorted({0, len(train) // 4, len(train) // 2, 3 * len(train) // 4, len(train) - 1})
-    lines = ["## Training loss per objective", "", "| step | combined | " + " | ".join(keys) + " |",
-             "|---:|---:|" + "---:|" * len(keys)]
+    lines = [
+        "## Training loss per objective",
+        "",
+        "| step | combined | " + " | ".join(keys) + " |",
+        "|---:|---:|" + "---:|" * len(keys),
+    ]
     for i in picks:
         e = train[i]
         cells = [_fmt(e.get(f"loss/{k}")) for k in keys]
@@ -74,22 +84,31 @@ def _weighting_section(events: list[dict[str, Any]]) -> list[str]:
         return []
     names = [k.removeprefix("weight/") for k in steps[0] if k.startswith("weight/")]
     picks = sorted({0, len(steps) // 4, len(steps) // 2, 3 * len(steps) // 4, len(steps) - 1})
-    lines = ["## Loss weighting", "",
-             "Weights w* per objective, ||d||² = w*ᵀGw*, and the stationarity gauge ||d||² / mean_t ||g_t||² "
-             "(0 at a Pareto-stationary point, Theorem 3); `fw_gap` certifies the solver's optimality.", "",
-             "| step | " + " | ".join(names) + " | ‖d‖² | stationarity | fw_gap | solver ms |",
-             "|---:|" + "---:|" * (len(names) + 4)]
+    lines = [
+        "## Loss weighting",
+        "",
+        "Weights w* per objective, ||d||² = w*ᵀGw*, and the stationarity gauge ||d||² / mean_t ||g_t||² "
+        "(0 at a Pareto-stationary point, Theorem 3); `fw_gap` certifies the solver's optimality.",
+        "",
+        "| step | " + " | ".join(names) + " | ‖d‖² | stationarity | fw_gap | solver ms |",
+        "|---:|" + "---:|" * (len(names) + 4),
+    ]
     for i in picks:
         e = steps[i]
         cells = [_fmt(e.get(f"weight/{n}")) for n in names]
         solver_ms = e.get("seconds", e.get("weighting_s"))
-        lines.append(f"| {e['step']} | " + " | ".join(cells) + f" | {_sci(e.get('d_norm_sq'))} | "
-                     f"{_sci(e.get('stationarity'))} | {_sci(e.get('fw_gap'))} | "
-                     f"{_fmt(None if solver_ms is None else solver_ms * 1e3)} |")
+        lines.append(
+            f"| {e['step']} | " + " | ".join(cells) + f" | {_sci(e.get('d_norm_sq'))} | "
+            f"{_sci(e.get('stationarity'))} | {_sci(e.get('fw_gap'))} | "
+            f"{_fmt(None if solver_ms is None else solver_ms * 1e3)} |"
+        )
     lines += _dominance_note(steps, names)
     skipped = [e for e in events if e["kind"] == "skipped"]
     if skipped:
-        lines += ["", f"{len(skipped)} step(s) skipped: " + "; ".join(f"step {e['step']}: {e['reason']}" for e in skipped[:5])]
+        lines += [
+            "",
+            f"{len(skipped)} step(s) skipped: " + "; ".join(f"step {e['step']}: {e['reason']}" for e in skipped[:5]),
+        ]
     stopped = [e for e in events if e["kind"] == "stopped"]
     if stopped:
         lines += ["", f"Training stopped at step {stopped[-1]['step']}: {stopped[-1]['reason']}."]
@@ -120,11 +139,14 @@ def _dominance_note(steps: list[dict[str, Any]], names: list[str]) -> list[str]:
     if since is None or steps[since]["step"] > last - (last - first) / 4:
         return []  # no dominant objective, or only over the last quarter of the run
     mean = sum(weights[since:]) / (len(steps) - since)
-    return ["", f"From step {steps[since]['step']} to the end, **{leader}** took {mean:.3f} of the weight on "
-            "average: once an objective is fitted its gradient is near zero, the min-norm direction is about "
-            "that gradient alone, and the other objectives barely move -- Pareto stationarity (Theorem 3), not "
-            "every objective learnt. `weighting.stationarity_eps` stops a run there; `weighting.method=mean` or "
-            "`mgda_normalized` compare."]
+    return [
+        "",
+        f"From step {steps[since]['step']} to the end, **{leader}** took {mean:.3f} of the weight on "
+        "average: once an objective is fitted its gradient is near zero, the min-norm direction is about "
+        "that gradient alone, and the other objectives barely move -- Pareto stationarity (Theorem 3), not "
+        "every objective learnt. `weighting.stationarity_eps` stops a run there; `weighting.method=mean` or "
+        "`mgda_normalized` compare.",
+    ]
 
 
 def _sci(value: Optional[float]) -> str:

@@ -95,9 +95,12 @@ class Task:
         try:
             validated = self.Settings(**merged)
         except ValidationError as exc:
-            valid = ", ".join(
-                f"{k} ({f.description})" if f.description else k for k, f in self.Settings.model_fields.items()
-            ) or "none"
+            valid = (
+                ", ".join(
+                    f"{k} ({f.description})" if f.description else k for k, f in self.Settings.model_fields.items()
+                )
+                or "none"
+            )
             problems = "; ".join(
                 f"settings.{'.'.join(map(str, e['loc']))}: {e['msg']}"
                 + ("" if isinstance(e.get("input"), (dict, list)) else f" (got {e.get('input')!r})")
@@ -135,9 +138,7 @@ class Task:
         if not self.language_id_prefixes:
             return None
         if self.id_column is None or language not in self.language_id_prefixes:
-            raise ConfigError(
-                f"task {self.name!r}: language_id_prefixes needs id_column and an entry for {language!r}"
-            )
+            raise ConfigError(f"task {self.name!r}: language_id_prefixes needs id_column and an entry for {language!r}")
         prefix = f"{self.language_id_prefixes[language]}-"
         keep = [i for i, value in enumerate(dataset[self.id_column]) if str(value).startswith(prefix)]
         if not keep:
@@ -173,8 +174,7 @@ class Task:
         if self.label_names:
             return list(self.label_names)
         raise DataError(
-            f"task {self.name!r}: column {self.label_column!r} is not a ClassLabel and the task declares "
-            "no label_names"
+            f"task {self.name!r}: column {self.label_column!r} is not a ClassLabel and the task declares no label_names"
         )
 
     def encode(self, batch: dict[str, list], tokenizer: Any, max_length: int) -> Any:
@@ -183,8 +183,13 @@ class Task:
         return tokenizer(*texts, truncation=True, max_length=max_length)
 
     def encode_rows(
-        self, batch: dict[str, list], rows: list[int], tokenizer: Any, max_length: int,
-        label_names: Sequence[str], where: str,
+        self,
+        batch: dict[str, list],
+        rows: list[int],
+        tokenizer: Any,
+        max_length: int,
+        label_names: Sequence[str],
+        where: str,
     ) -> dict[str, list]:
         """Source rows -> encoded rows: ``input_ids``, ``labels`` (the head's form), ``id`` (the example id,
         shared by every encoded row of one example), plus any column :meth:`postprocess` needs.
@@ -200,9 +205,7 @@ class Task:
         """Example ids: the id column, or the row number in the split."""
         return [str(i) for i in (batch[self.id_column] if self.id_column else rows)]
 
-    def label_ids(
-        self, values: list, label_names: Sequence[str], where: str, rows: Sequence[int]
-    ) -> list[int]:
+    def label_ids(self, values: list, label_names: Sequence[str], where: str, rows: Sequence[int]) -> list[int]:
         """Map label values (ids or names) to ids, rejecting anything out of range (a withheld label: no loss)."""
         index = {name: i for i, name in enumerate(label_names)}
         out = []
@@ -224,7 +227,9 @@ class Task:
         """What the encoding depends on besides the data and the tokenizer: part of the cache fingerprint.
 
         The task's fields and settings, and the source of its class (an edited subclass re-encodes)."""
-        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("description", "folder")}
+        fields = {
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("description", "folder")
+        }
         sources = []
         for cls in type(self).__mro__:
             if cls is object:

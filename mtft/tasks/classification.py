@@ -37,10 +37,16 @@ class ClassificationTask(Task):
         names = super().resolve_label_names(dataset)
         positive = self.options.positive_label
         if "f1" in self.metrics and positive not in names:
-            raise DataError(f"task {self.name!r}: metric f1 needs settings.positive_label, one of the labels "
-                            f"{', '.join(names)} (got {positive!r})")
+            raise DataError(
+                f"task {self.name!r}: metric f1 needs settings.positive_label, one of the labels "
+                f"{', '.join(names)} (got {positive!r})"
+            )
         return names
 
     def compute_metrics(self, predictions: Sequence, references: Sequence) -> dict[str, float]:
-        return {name: f1(predictions, references, positive=self.options.positive_label) if name == "f1"
-                else compute(name, predictions, references) for name in self.metrics}
+        return {
+            name: f1(predictions, references, positive=self.options.positive_label)
+            if name == "f1"
+            else compute(name, predictions, references)
+            for name in self.metrics
+        }

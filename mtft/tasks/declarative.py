@@ -2,16 +2,19 @@
 
 A task file names the task, its languages, the head, the columns, the metric and, per split, where the
 data lives (see ``tasks/README.md``). The ``head`` picks the task kind (:mod:`mtft.tasks.kinds`);
-``class: module:Class`` in the file selects a :class:`Task` subclass (defined in a ``.py`` file beside it)
-for tasks that need code; the YAML then supplies its fields (those of the class, subclass fields included).
+``class:`` in the file selects a :class:`Task` subclass for tasks that need code -- ``module:Class`` defined in a
+``.py`` file beside it, or ``package.module:Class`` importable (the built-in GLUE and SuperGLUE tasks name the
+library's classes so); the YAML then supplies its fields (those of the class, subclass fields included).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import importlib.util
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Optional
 
 import yaml
@@ -72,18 +75,47 @@ def _check_data_entries(data: Any, path: Path) -> None:
 
 
 def _task_class(reference: str | None, path: Path, default: type[Task]) -> type[Task]:
+    """The class ``class:`` names: ``<module>:<Class>`` with ``<module>.py`` beside the task file, or an importable
+    ``<package.module>:<Class>``. Either way it is code executed on loading the task (see ``tasks/README.md``), so
+    a name that could reach outside the task's folder (``../x``, ``/abs/x``) is refused before anything is run."""
     if reference is None:
         return default
-    module_name, _, class_name = reference.partition(":")
+    module_name, _, class_name = str(reference).partition(":")
+    parts = module_name.split(".")
+    if not class_name.isidentifier() or not all(part.isidentifier() for part in parts):
+        raise ConfigError(
+            f"task file {path}: class {reference!r} must be '<module>:<Class>' with <module>.py beside the task "
+            "file, or '<package.module>:<Class>' naming an importable module"
+        )
+    if len(parts) > 1:
+        module = _import_module(module_name, reference, path)
+    else:
+        module = _module_beside(module_name, reference, path)
+    cls = getattr(module, class_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, Task)):
+        raise ConfigError(f"task file {path}: {reference!r} is not a subclass of mtft.tasks.Task")
+    return cls
+
+
+def _import_module(module_name: str, reference: str, path: Path) -> ModuleType:
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise  # the module exists but one of its own imports is missing
+        raise ConfigError(f"task file {path}: class {reference!r}: no module named {module_name!r}") from None
+
+
+def _module_beside(module_name: str, reference: str, path: Path) -> ModuleType:
     module_path = path.parent / f"{module_name}.py"
-    if not class_name or not module_path.is_file():
-        raise ConfigError(f"task file {path}: class {reference!r} must be '<module>:<Class>' with <module>.py beside it")
+    if not module_path.is_file():
+        raise ConfigError(
+            f"task file {path}: class {reference!r}: {module_name}.py not found beside the task file (an importable "
+            "module is named by its dotted path, '<package.module>:<Class>')"
+        )
     unique = f"mtft_user_tasks.{path.parent.name}.{module_name}"
     module_spec = importlib.util.spec_from_file_location(unique, module_path)
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[unique] = module
     module_spec.loader.exec_module(module)
-    cls = getattr(module, class_name, None)
-    if not (isinstance(cls, type) and issubclass(cls, Task)):
-        raise ConfigError(f"task file {path}: {reference!r} is not a subclass of mtft.tasks.Task")
-    return cls
+    return module

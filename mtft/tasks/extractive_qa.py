@@ -76,8 +76,10 @@ class ExtractiveQATask(Task):
             return dataset
         first, first_problem = bad[0]
         listing = ", ".join(f"{rows[n]} (id {ids[n]})" for n, _ in bad[:5]) + (" ..." if len(bad) > 5 else "")
-        summary = (f"{where}: task {self.name!r}: {len(bad)} of {len(dataset)} row(s) have answers that do not "
-                   f"match their context: rows {listing}; row {rows[first]}: {first_problem}")
+        summary = (
+            f"{where}: task {self.name!r}: {len(bad)} of {len(dataset)} row(s) have answers that do not "
+            f"match their context: rows {listing}; row {rows[first]}: {first_problem}"
+        )
         if self.options.offset_mismatch == "fail" or len(bad) == len(dataset):
             raise DataError(summary)
         logger.warning(summary + "; these rows are dropped (settings.offset_mismatch=fail stops instead)")
@@ -96,8 +98,13 @@ class ExtractiveQATask(Task):
             )
         questions = [_cut(q.strip(), tokenizer, opts.max_question_tokens) for q in batch[self.question_column]]
         encoded = tokenizer(
-            questions, batch[self.context_column], truncation="only_second", max_length=max_length,
-            stride=opts.doc_stride, return_overflowing_tokens=True, return_offsets_mapping=True,
+            questions,
+            batch[self.context_column],
+            truncation="only_second",
+            max_length=max_length,
+            stride=opts.doc_stride,
+            return_overflowing_tokens=True,
+            return_offsets_mapping=True,
         )
         ids = self.example_ids(batch, rows)
         out: dict[str, list] = {"input_ids": encoded["input_ids"], "labels": [], "offset_mapping": [], "id": []}
@@ -167,15 +174,17 @@ def answer_span(offsets: list[list[int]], answers: dict) -> list[int]:
     return [start, end]
 
 
-def best_spans(starts: Sequence[float], ends: Sequence[float], offsets: list[list[int]], n_best: int,
-               max_answer_length: int) -> list[tuple[float, int, int]]:
+def best_spans(
+    starts: Sequence[float], ends: Sequence[float], offsets: list[list[int]], n_best: int, max_answer_length: int
+) -> list[tuple[float, int, int]]:
     """Valid (score, start, end) spans of one window, best first: both ends in the context, start <= end,
     at most ``max_answer_length`` tokens; candidates are the ``n_best`` best starts and ends."""
     top_starts = heapq.nlargest(n_best, range(len(starts)), key=starts.__getitem__)
     top_ends = heapq.nlargest(n_best, range(len(ends)), key=ends.__getitem__)
     spans = [
         (starts[s] + ends[e], s, e)
-        for s in top_starts for e in top_ends
+        for s in top_starts
+        for e in top_ends
         if offsets[s] != NOT_CONTEXT and offsets[e] != NOT_CONTEXT and s <= e < s + max_answer_length
     ]
     return sorted(spans, key=lambda span: (-span[0], span[1], span[2]))
@@ -187,4 +196,3 @@ def _cut(question: str, tokenizer: Any, max_tokens: int) -> str:
     if len(encoded["input_ids"]) <= max_tokens:
         return question
     return question[: encoded["offset_mapping"][max_tokens - 1][1]]
-

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from mtft.core.labels import IGNORE_INDEX
 from mtft.core.errors import DataError
+from mtft.core.labels import IGNORE_INDEX
 
 HIDDEN_ENCODED = IGNORE_INDEX  # the encoded label of a hidden row: no loss
 
@@ -40,10 +40,11 @@ def check_not_hidden(task: Any, values: Sequence[Any], where: str, purpose: str 
     hidden = hidden_rows(task, values)
     if values and all(hidden):
         raise HiddenLabelsError(
-            f"{where}: the labels of this split are withheld ({getattr(task, 'hidden_label')!r} in every row, as "
+            f"{where}: the labels of this split are withheld ({task.hidden_label!r} in every row, as "
             f"on the Hub for benchmark test sets), so it cannot be {purpose}; its predictions are what the "
             "benchmark's server scores. Use the validation split, or pass labelled references"
         )
     if any(hidden):
-        raise DataError(f"{where}: row {hidden.index(True)}: label withheld "
-                        f"({getattr(task, 'hidden_label')!r}) while other rows are labelled")
+        raise DataError(
+            f"{where}: row {hidden.index(True)}: label withheld ({task.hidden_label!r}) while other rows are labelled"
+        )

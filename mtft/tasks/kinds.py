@@ -1,27 +1,64 @@
-"""Which :class:`~mtft.tasks.base.Task` class a declarative task file gets for its ``head``.
+"""One table of the head kinds: each kind names the Task class and the Head class that work as a pair.
 
-Each head kind (:data:`mtft.models.heads.HEAD_CLASSES`) has a task kind that writes the labels the head
-reads and turns its outputs back into predictions. A task file may name its own subclass with ``class:``.
-A new kind adds one line here (by import path, so that only the kinds in use are imported).
+The task kind writes the ``labels`` of an encoded row and turns the head's raw outputs back into predictions;
+the head (:mod:`mtft.models.heads`) collates those labels, computes the loss and decodes its logits. Keeping
+both in one row means a kind cannot have a task without its head, or a head reading labels no task writes.
+A task file picks its kind with ``head:`` (and may name a Task subclass of its own with ``class:``); the run
+builds the head of that kind. A new kind adds one row here. Classes are named by import path, so that only
+the kinds a run uses are imported.
 """
 
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING, NamedTuple, Sequence
 
-TASK_KINDS: dict[str, str] = {
-    "sequence_classification": "mtft.tasks.base:Task",
-    "token_classification": "mtft.tasks.token_classification:TokenClassificationTask",
-    "question_answering": "mtft.tasks.extractive_qa:ExtractiveQATask",
-    "regression": "mtft.tasks.regression:RegressionTask",
-    "multiple_choice": "mtft.tasks.multiple_choice:MultipleChoiceTask",
-    "candidate_scoring": "mtft.tasks.superglue:RecordTask",
+if TYPE_CHECKING:
+    from mtft.models.heads import Head
+    from mtft.tasks.base import Task
+
+
+class Kind(NamedTuple):
+    task: str  # "module:Class" of the Task subclass
+    head: str  # "module:Class" of the Head subclass
+
+
+KINDS: dict[str, Kind] = {
+    "sequence_classification": Kind("mtft.tasks.base:Task", "mtft.models.heads:SequenceClassificationHead"),
+    "token_classification": Kind(
+        "mtft.tasks.token_classification:TokenClassificationTask", "mtft.models.token_head:TokenClassificationHead"
+    ),
+    "question_answering": Kind(
+        "mtft.tasks.extractive_qa:ExtractiveQATask", "mtft.models.qa_head:QuestionAnsweringHead"
+    ),
+    "regression": Kind("mtft.tasks.regression:RegressionTask", "mtft.models.regression_head:RegressionHead"),
+    "multiple_choice": Kind(
+        "mtft.tasks.multiple_choice:MultipleChoiceTask", "mtft.models.choice_head:MultipleChoiceHead"
+    ),
+    "candidate_scoring": Kind("mtft.tasks.superglue:RecordTask", "mtft.models.choice_head:CandidateScoringHead"),
 }
 
 
-def task_kind(head: str):
-    """The Task class for ``head``; KeyError naming the valid heads."""
-    if head not in TASK_KINDS:
-        raise KeyError(f"unknown head {head!r}; valid heads: {', '.join(sorted(TASK_KINDS))}")
-    module, _, name = TASK_KINDS[head].partition(":")
+def _kind(kind: str) -> Kind:
+    if kind not in KINDS:
+        raise KeyError(f"unknown head {kind!r}; valid heads: {', '.join(sorted(KINDS))}")
+    return KINDS[kind]
+
+
+def _load(reference: str) -> type:
+    module, _, name = reference.partition(":")
     return getattr(importlib.import_module(module), name)
+
+
+def task_kind(kind: str) -> type[Task]:
+    """The Task class of head kind ``kind``; KeyError naming the valid kinds."""
+    return _load(_kind(kind).task)
+
+
+def head_class(kind: str) -> type[Head]:
+    """The Head class of head kind ``kind``; KeyError naming the valid kinds."""
+    return _load(_kind(kind).head)
+
+
+def build_head(kind: str, hidden_size: int, label_names: Sequence[str], dropout: float) -> Head:
+    return head_class(kind)(hidden_size, label_names, dropout)

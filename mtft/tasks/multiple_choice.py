@@ -33,8 +33,9 @@ class ChoiceSettings(BaseModel):
         default_factory=list, description="The columns holding the choices, in the order of the label names."
     )
     context_template: Optional[str] = Field(
-        None, description="First segment of every pair, a str.format template over the row's columns "
-        "(e.g. '{premise} What was the {question}?'); default: the text columns joined by a space."
+        None,
+        description="First segment of every pair, a str.format template over the row's columns "
+        "(e.g. '{premise} What was the {question}?'); default: the text columns joined by a space.",
     )
     choice_template: str = Field("{choice}", description="Second segment; {choice} is the choice's text.")
 
@@ -66,24 +67,37 @@ class MultipleChoiceTask(Task):
     def check_split(self, dataset: datasets.Dataset, where: str, rows: Sequence[int]) -> datasets.Dataset:
         """Every template field must be a column of the split (checked once, before encoding)."""
         options = self.options
-        for name, template in (("context_template", options.context_template),
-                               ("choice_template", options.choice_template)):
+        for name, template in (
+            ("context_template", options.context_template),
+            ("choice_template", options.choice_template),
+        ):
             fields = {f for _, f, _, _ in string.Formatter().parse(template or "") if f}
             unknown = fields - set(dataset.column_names) - ({"choice"} if name == "choice_template" else set())
             if unknown:
-                raise DataError(f"{where}: task {self.name!r}: settings.{name} {template!r} names unknown "
-                                f"column(s) {', '.join(sorted(unknown))}; columns: {', '.join(dataset.column_names)}")
+                raise DataError(
+                    f"{where}: task {self.name!r}: settings.{name} {template!r} names unknown "
+                    f"column(s) {', '.join(sorted(unknown))}; columns: {', '.join(dataset.column_names)}"
+                )
         return dataset
 
     def encode_rows(
-        self, batch: dict[str, list], rows: list[int], tokenizer: Any, max_length: int,
-        label_names: Sequence[str], where: str,
+        self,
+        batch: dict[str, list],
+        rows: list[int],
+        tokenizer: Any,
+        max_length: int,
+        label_names: Sequence[str],
+        where: str,
     ) -> dict[str, list]:
         options = self.options
         count = len(rows)
         records = [{column: values[i] for column, values in batch.items()} for i in range(count)]
-        contexts = [options.context_template.format(**r) if options.context_template
-                    else " ".join(str(r[c]) for c in self.text_columns) for r in records]
+        contexts = [
+            options.context_template.format(**r)
+            if options.context_template
+            else " ".join(str(r[c]) for c in self.text_columns)
+            for r in records
+        ]
         firsts, seconds = [], []
         for context, record in zip(contexts, records):
             for column in options.choice_columns:

@@ -30,8 +30,10 @@ class RegressionTask(Task):
     def resolve_label_names(self, dataset: datasets.Dataset) -> list[str]:
         feature = dataset.features.get(self.label_column)
         if not (isinstance(feature, datasets.Value) and feature.dtype in _NUMERIC):
-            raise DataError(f"task {self.name!r}: column {self.label_column!r} must hold numbers for a regression "
-                            f"task; its feature is {feature}")
+            raise DataError(
+                f"task {self.name!r}: column {self.label_column!r} must hold numbers for a regression "
+                f"task; its feature is {feature}"
+            )
         return []
 
     def label_ids(self, values: list, label_names: Sequence[str], where: str, rows: Sequence[int]) -> list[float]:

@@ -22,8 +22,8 @@ from typing import Any, Iterator, Optional, Sequence
 import datasets
 
 from mtft.core.errors import DataError
-from mtft.metrics.diagnostics import gender_parity
 from mtft.metrics.common import accuracy
+from mtft.metrics.diagnostics import gender_parity
 from mtft.metrics.superglue import multirc_scores, record_scores
 from mtft.tasks.base import Task, unique_by_id
 from mtft.tasks.hidden import HIDDEN_ENCODED, check_not_hidden, is_hidden
@@ -60,8 +60,9 @@ class MultiRCTask(Task):
         """Example id -> {label name, question id}: the question groups the options when scoring."""
         labels = super().references(raw, label_names, where)  # in the split's order
         questions = [_index_id(i, ("paragraph", "question")) for i in raw[self.id_column]]
-        return {key: {"label": label, "question": question}
-                for (key, label), question in zip(labels.items(), questions)}
+        return {
+            key: {"label": label, "question": question} for (key, label), question in zip(labels.items(), questions)
+        }
 
     def compute_metrics(self, predictions: Sequence, references: Sequence) -> dict[str, float]:
         scores = multirc_scores(predictions, [r["label"] for r in references], [r["question"] for r in references])
@@ -99,13 +100,21 @@ class RecordTask(Task):
         return [_index_id(i, ("passage", "query")) for i in batch[self.id_column]]
 
     def encode_rows(
-        self, batch: dict[str, list], rows: list[int], tokenizer: Any, max_length: int,
-        label_names: Sequence[str], where: str,
+        self,
+        batch: dict[str, list],
+        rows: list[int],
+        tokenizer: Any,
+        max_length: int,
+        label_names: Sequence[str],
+        where: str,
     ) -> dict[str, list]:
         """One encoded row per (query, candidate); label 1 for a gold answer, 0 otherwise, hidden on test."""
         passages, queries, labels, ids, candidates = [], [], [], [], []
         for passage, query, entities, answers, example in zip(
-            batch["passage"], batch["query"], batch["entities"], batch[self.label_column],
+            batch["passage"],
+            batch["query"],
+            batch["entities"],
+            batch[self.label_column],
             self.example_ids(batch, rows),
         ):
             hidden = is_hidden(self, answers)
@@ -150,8 +159,10 @@ class WiCTask(Task):
         return [*super().required_columns(), "start1", "end1", "start2", "end2"]
 
     def _marked(self, batch: Any, k: int) -> list[str]:
-        return [mark_char_spans(text, [CharSpan(s, e, "*", "*")])
-                for text, s, e in zip(batch[f"sentence{k}"], batch[f"start{k}"], batch[f"end{k}"])]
+        return [
+            mark_char_spans(text, [CharSpan(s, e, "*", "*")])
+            for text, s, e in zip(batch[f"sentence{k}"], batch[f"start{k}"], batch[f"end{k}"])
+        ]
 
     def texts(self, dataset: datasets.Dataset) -> Iterator[str]:
         for k in (1, 2):  # as the model reads them, markers included (the tiny tokenizer learns them)
@@ -164,8 +175,9 @@ class WiCTask(Task):
         for k in (1, 2):
             for row, text, s, e in zip(rows, dataset[f"sentence{k}"], dataset[f"start{k}"], dataset[f"end{k}"]):
                 if not 0 <= s < e <= len(text):
-                    raise DataError(f"{where}: row {row}: target span [{s}, {e}) lies outside sentence{k} "
-                                    f"({len(text)} characters)")
+                    raise DataError(
+                        f"{where}: row {row}: target span [{s}, {e}) lies outside sentence{k} ({len(text)} characters)"
+                    )
         return dataset
 
 
@@ -184,8 +196,9 @@ class WSCTask(Task):
     def _marked(self, batch: Any) -> list[str]:
         texts = []
         for i, text in enumerate(batch["text"]):
-            spans, _ = self._spans(text, {k: batch[k][i] for k in ("span1_index", "span2_index", "span1_text",
-                                                                   "span2_text")})
+            spans, _ = self._spans(
+                text, {k: batch[k][i] for k in ("span1_index", "span2_index", "span1_text", "span2_text")}
+            )
             texts.append(mark_char_spans(text, spans))
         return texts
 
@@ -208,8 +221,10 @@ class WSCTask(Task):
             if not matches:
                 differing.append(row)
         if differing:
-            logger.warning(f"{where}: {len(differing)} row(s) whose span text differs from the words at its index "
-                           f"(marked by index), e.g. row {differing[0]}")
+            logger.warning(
+                f"{where}: {len(differing)} row(s) whose span text differs from the words at its index "
+                f"(marked by index), e.g. row {differing[0]}"
+            )
         return dataset
 
 
@@ -229,6 +244,8 @@ class AXgTask(Task):
         return {key: {"label": label, "idx": int(idx)} for (key, label), idx in zip(labels.items(), raw["idx"])}
 
     def compute_metrics(self, predictions: Sequence, references: Sequence) -> dict[str, float]:
-        scores = {"accuracy": accuracy(predictions, [r["label"] for r in references]),
-                  "gender_parity": gender_parity(predictions, [r["idx"] for r in references])}
+        scores = {
+            "accuracy": accuracy(predictions, [r["label"] for r in references]),
+            "gender_parity": gender_parity(predictions, [r["idx"] for r in references]),
+        }
         return {name: scores[name] for name in self.metrics}

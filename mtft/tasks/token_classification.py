@@ -71,13 +71,17 @@ class TokenClassificationTask(Task):
             unpredicted += sum(t is None for t in tags)
             predictions[key] = [outside if t is None else t for t in tags]
         if unpredicted:
-            logger.warning(f"task {self.name!r}: {unpredicted} word(s) beyond max_length (or with no sub-token) "
-                           f"predicted {outside!r}")
+            logger.warning(
+                f"task {self.name!r}: {unpredicted} word(s) beyond max_length (or with no sub-token) "
+                f"predicted {outside!r}"
+            )
         return predictions
 
     def references(self, raw: datasets.Dataset, label_names: Sequence[str], where: str) -> dict[str, Any]:
-        tags = [[label_names[i] for i in self.label_ids(list(t), label_names, where, [r] * len(t))]
-                for r, t in enumerate(raw[self.label_column])]
+        tags = [
+            [label_names[i] for i in self.label_ids(list(t), label_names, where, [r] * len(t))]
+            for r, t in enumerate(raw[self.label_column])
+        ]
         return unique_by_id(self.split_ids(raw), tags, where)
 
     def check_prediction(self, prediction, reference, label_names) -> Optional[str]:
@@ -99,5 +103,7 @@ class TokenClassificationTask(Task):
     def metric_description(self) -> str:
         mode = self.options.seqeval_mode
         detail = "CoNLL chunking, as XTREME reports" if mode == "default" else "IOB2 scheme"
-        return (f"seqeval entity-level micro {'/'.join(self.metrics)}, word level (first sub-token labelled), "
-                f"{mode} mode ({detail})")
+        return (
+            f"seqeval entity-level micro {'/'.join(self.metrics)}, word level (first sub-token labelled), "
+            f"{mode} mode ({detail})"
+        )

@@ -2,15 +2,14 @@
 
 A checkpoint is assembled in ``step-N.partial/`` -- model weights as safetensors, the head metadata, the
 trainer state (step, sampler, best metric) as JSON, each rank's RNG state, and DeepSpeed's engine state
-(optimizer, scheduler) -- then marked ``COMPLETE`` and renamed to ``step-N/`` in one atomic rename. A crash at
-any point leaves at most a ``.partial`` folder, which resume ignores and the next save replaces.
+(optimizer, scheduler) -- then marked ``COMPLETE`` and renamed to ``step-N/`` (:mod:`mtft.core.atomic`). A crash
+at any point leaves at most a ``.partial`` folder, which resume ignores and the next save replaces.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
 from pathlib import Path
@@ -19,10 +18,10 @@ from typing import Any, Optional
 import torch
 from safetensors.torch import load_file, save_file
 
-from mtft.core.errors import CheckpointError
+from mtft.core.atomic import MARKER, AtomicFolder, is_complete, write_json
 from mtft.core.distributed import barrier
+from mtft.core.errors import CheckpointError
 
-MARKER = "COMPLETE"
 ENGINE_TAG = "engine"
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
@@ -62,14 +61,18 @@ def write_weights(state: dict[str, torch.Tensor], heads: dict[str, Any], folder:
 
 
 def save_checkpoint(
-    engine, run_dir: Path, step: int, trainer_state: dict[str, Any], heads: dict[str, Any],
-    rank: int, keep_last: int,
+    engine,
+    run_dir: Path,
+    step: int,
+    trainer_state: dict[str, Any],
+    heads: dict[str, Any],
+    rank: int,
+    keep_last: int,
 ) -> Path:
-    final = step_dir(run_dir, step)
-    partial = final.with_name(final.name + ".partial")
+    folder = AtomicFolder(step_dir(run_dir, step))
+    partial = folder.partial
     if rank == 0:
-        shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir(parents=True)
+        folder.begin()
     barrier()
     engine.save_checkpoint(str(partial), tag=ENGINE_TAG, save_latest=False)
     state = full_state_dict(engine)
@@ -78,26 +81,23 @@ def save_checkpoint(
     if rank == 0:
         write_weights(state, heads, partial)
         write_json(partial / "trainer_state.json", trainer_state)
-        (partial / MARKER).write_text(f"step {step}\n")
-        if final.exists():  # a checkpoint of the same step from an interrupted earlier attempt
-            shutil.rmtree(final)
-        os.replace(partial, final)
+        folder.commit(kind="checkpoint", step=step)  # replaces a checkpoint of the same step from an earlier attempt
         _prune(run_dir, keep_last)
     barrier()
-    return final
+    return folder.final
 
 
 def latest_checkpoint(run_dir: Path) -> Optional[Path]:
     folder = run_dir / "checkpoints"
     if not folder.is_dir():
         return None
-    complete = [p for p in folder.iterdir() if _STEP_DIR.match(p.name) and (p / MARKER).is_file()]
+    complete = [p for p in folder.iterdir() if _STEP_DIR.match(p.name) and is_complete(p)]
     return max(complete, key=lambda p: int(_STEP_DIR.match(p.name).group(1)), default=None)
 
 
 def load_checkpoint(engine, path: Path, rank: int) -> dict[str, Any]:
     """Restore engine (weights, optimizer, scheduler) and RNG state; return the trainer state."""
-    if not (path / MARKER).is_file():
+    if not is_complete(path):
         raise CheckpointError(f"{path} is not a complete checkpoint (no {MARKER} marker)")
     try:
         trainer_state = json.loads((path / "trainer_state.json").read_text())
@@ -144,9 +144,3 @@ def _prune(run_dir: Path, keep_last: int) -> None:
     )
     for old in steps[:-keep_last]:
         shutil.rmtree(old)
-
-
-def write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)

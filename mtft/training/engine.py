@@ -47,7 +47,7 @@ def deepspeed_config(config: RunConfig, world_size: int) -> dict[str, Any]:
 def build_optimizer(model: torch.nn.Module, config: RunConfig) -> torch.optim.Optimizer:
     opt = config.training.optimizer
     decay, no_decay = [], []
-    for name, param in model.named_parameters():
+    for param in model.parameters():
         if param.requires_grad:
             # Biases and normalisation weights are conventionally not decayed.
             (no_decay if param.ndim < 2 else decay).append(param)

@@ -21,17 +21,24 @@ from typing import Optional
 import numpy as np
 import torch
 
+from mtft.core.distributed import all_reduce_sum
 from mtft.gradients import PerObjectiveGradients
 from mtft.pareto import SolverInputError
-from mtft.core.distributed import all_reduce_sum
 from mtft.training.step import StepResult
 from mtft.weighting import Weighting
 
 
 class GramWeightedStep:
-    def __init__(self, engine, weighting: Weighting, num_objectives: int, world_size: int,
-                 shared: list[torch.nn.Parameter], cosine_every: int = 0,
-                 shared_rows: Optional[dict[torch.nn.Parameter, torch.Tensor]] = None):
+    def __init__(
+        self,
+        engine,
+        weighting: Weighting,
+        num_objectives: int,
+        world_size: int,
+        shared: list[torch.nn.Parameter],
+        cosine_every: int = 0,
+        shared_rows: Optional[dict[torch.nn.Parameter, torch.Tensor]] = None,
+    ):
         self.engine = engine
         self.weighting = weighting
         self.num_objectives = num_objectives
@@ -100,11 +107,10 @@ class GramWeightedStep:
 
 
 def _gram_summary(gram: np.ndarray, w: np.ndarray) -> dict[str, float]:
-    """||d||² and the Pareto-stationarity gauge ||d||² / mean_t ||g_t||² (SPEC §1, Theorem 3)."""
+    """||d||² and the Pareto-stationarity gauge ||d||² / mean_t ||g_t||² (Mao et al., 2022, Theorem 3)."""
     d_sq = float(w @ gram @ w)
     mean_sq = float(np.mean(np.diag(gram)))
-    return {"d_norm_sq": d_sq, "mean_grad_norm_sq": mean_sq,
-            "stationarity": d_sq / mean_sq if mean_sq > 0 else 0.0}
+    return {"d_norm_sq": d_sq, "mean_grad_norm_sq": mean_sq, "stationarity": d_sq / mean_sq if mean_sq > 0 else 0.0}
 
 
 def _cosines(gram: np.ndarray, present: np.ndarray) -> list[list[float | None]]:

@@ -12,7 +12,8 @@ Every checkpoint is a Hugging Face folder (``config.json``, ``model.safetensors`
 so ``model.backbone: <folder>`` fine-tunes from it and ``run.py probe --checkpoint <folder>`` probes it.
 
 ``schedule_per_budget`` pre-trains every budget from scratch with its own schedule annealed to zero (the
-controlled set-up of SPEC §4, where budgets must not be confounded by the learning-rate schedule).
+controlled set-up of Springer et al., 2025, "Overtrained language models are harder to fine-tune", where budgets
+must not be confounded by the learning-rate schedule).
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import shutil
 import time
 from pathlib import Path
 from typing import Callable, Optional
@@ -30,24 +29,24 @@ import torch
 from transformers import AutoModelForMaskedLM
 
 from mtft.config.deepspeed import zero_stage
-from mtft.config.load import config_to_yaml
 from mtft.config.paths import cache_dir
 from mtft.config.schema import RunConfig, WeightingSection
-from mtft.data.sources import resolve_source
+from mtft.core.atomic import MARKER, AtomicFolder, write_json
+from mtft.core.distributed import ProcessInfo, barrier, init_distributed
 from mtft.core.errors import ConfigError
+from mtft.data.sources import resolve_source
 from mtft.forgetting.corpus import build_eval_set, corpus_path, corpus_texts, masking_collator, packed_blocks
-from mtft.forgetting.mlm import load_mlm_model, lp_per_language, split_mlm_model, MaskedLM
+from mtft.forgetting.mlm import MaskedLM, load_mlm_model, lp_per_language, split_mlm_model
 from mtft.models.backbone import tiny_config
 from mtft.models.tokenizer import load_backbone_tokenizer, tiny_tokenizer
-from mtft.reporting.logs import MetricsLog, add_file_log, logger, setup_console_logging
+from mtft.reporting.logs import MetricsLog, logger, setup_console_logging
 from mtft.tasks.base import DatasetRef
 from mtft.tasks.registry import discover_tasks, get_task
 from mtft.training import checkpoint as ckpt
-from mtft.core.distributed import ProcessInfo, barrier, init_distributed
 from mtft.training.engine import initialize
+from mtft.training.rundir import create_run_dir
 
 PRETRAIN_VERSION = "2"  # bump when pre-training changes what it produces, to invalidate cached checkpoints
-MARKER = "COMPLETE"
 
 
 class Pretraining:
@@ -56,15 +55,18 @@ class Pretraining:
     def __init__(self, config: RunConfig, languages: list[str], proc: ProcessInfo):
         self.config, self.languages, self.proc = config, languages, proc
         if zero_stage(config) == 3:
-            raise ConfigError("pre-training evaluates L_p on full weights; use ZeRO stage 0-2, not 3 "
-                              f"(from {config.training.deepspeed_config})")
+            raise ConfigError(
+                "pre-training evaluates L_p on full weights; use ZeRO stage 0-2, not 3 "
+                f"(from {config.training.deepspeed_config})"
+            )
         p = config.pretrain
         self.block_size = p.block_size or config.data.max_length
         texts = {lang: corpus_texts(config, lang, config.corpus.train_split) for lang in languages}
         model = config.model
         if model.backbone == "tiny":
-            self.tokenizer = tiny_tokenizer([t for ts in texts.values() for t in ts], model.tiny.vocab_size,
-                                            cache_dir(config))
+            self.tokenizer = tiny_tokenizer(
+                [t for ts in texts.values() for t in ts], model.tiny.vocab_size, cache_dir(config)
+            )
             self.mlm_config = tiny_config(model, self.tokenizer, max(self.block_size, config.data.max_length))
         else:
             self.tokenizer = load_backbone_tokenizer(model.backbone, model.revision, model.trust_remote_code)
@@ -73,8 +75,10 @@ class Pretraining:
         self.blocks = [b for lang in languages for b in packed_blocks(self.tokenizer, texts[lang], self.block_size)]
         self.tokens_per_step = p.micro_batch_size * proc.world_size * self.block_size
         if len(self.blocks) < p.micro_batch_size * proc.world_size:
-            raise ConfigError(f"corpus: {len(self.blocks)} blocks of {self.block_size} tokens are fewer than one "
-                              f"global batch ({p.micro_batch_size * proc.world_size}); lower pretrain.micro_batch_size")
+            raise ConfigError(
+                f"corpus: {len(self.blocks)} blocks of {self.block_size} tokens are fewer than one "
+                f"global batch ({p.micro_batch_size * proc.world_size}); lower pretrain.micro_batch_size"
+            )
         self.eval_set = build_eval_set(config, self.tokenizer, languages, self.block_size)
 
     def new_model(self):
@@ -87,19 +91,33 @@ class Pretraining:
     def steps_for(self, tokens: int) -> int:
         return math.ceil(tokens / self.tokens_per_step)
 
-    def train(self, tokens: int, budgets: list[int], save: Callable[[int, int, int, dict, object], None],
-              log: Optional[MetricsLog], step_offset: int = 0) -> None:
+    def train(
+        self,
+        tokens: int,
+        budgets: list[int],
+        save: Callable[[int, int, int, dict, object], None],
+        log: Optional[MetricsLog],
+        step_offset: int = 0,
+    ) -> None:
         """One run of ``tokens`` tokens with its own schedule; ``save(budget, tokens_seen, step, lp, engine)`` at
         each budget it passes."""
         p, proc = self.config.pretrain, self.proc
         steps = self.steps_for(tokens)
         model = self.new_model()
-        training = self.config.training.model_copy(update={
-            "optimizer": p.optimizer, "scheduler": p.scheduler, "max_steps": steps,
-            "micro_batch_size": p.micro_batch_size, "gradient_accumulation_steps": 1})
-        engine = initialize(model, self.config.model_copy(update={"training": training,
-                                                                   "weighting": WeightingSection()}),
-                            proc.world_size)
+        training = self.config.training.model_copy(
+            update={
+                "optimizer": p.optimizer,
+                "scheduler": p.scheduler,
+                "max_steps": steps,
+                "micro_batch_size": p.micro_batch_size,
+                "gradient_accumulation_steps": 1,
+            }
+        )
+        engine = initialize(
+            model,
+            self.config.model_copy(update={"training": training, "weighting": WeightingSection()}),
+            proc.world_size,
+        )
         engine.train()
         torch.manual_seed(self.config.run.seed + 1 + proc.rank)  # masking and dropout stream of this rank
         collator = masking_collator(self.tokenizer, self.config.corpus.mlm_probability)
@@ -120,9 +138,16 @@ class Pretraining:
             seen += self.tokens_per_step
             window.append(float(loss.detach()))
             if log is not None and (step % p.log_every_steps == 0 or step == steps):
-                log.log(step_offset + step, "pretrain", {"loss": sum(window) / len(window), "tokens": seen,
-                                                         "lr": engine.get_lr()[0],
-                                                         "seconds": time.perf_counter() - start})
+                log.log(
+                    step_offset + step,
+                    "pretrain",
+                    {
+                        "loss": sum(window) / len(window),
+                        "tokens": seen,
+                        "lr": engine.get_lr()[0],
+                        "seconds": time.perf_counter() - start,
+                    },
+                )
                 window = []
             while pending and seen >= pending[0]:
                 budget = pending.pop(0)
@@ -137,21 +162,24 @@ class Pretraining:
         """A Hugging Face folder, complete or invisible (``.partial`` renamed at the end)."""
         state = ckpt.full_state_dict(engine)
         if self.proc.is_main:
-            partial = folder.with_name(folder.name + ".partial")
-            shutil.rmtree(partial, ignore_errors=True)
-            partial.mkdir(parents=True)
-            engine.module.save_pretrained(str(partial), state_dict=state)
-            self.tokenizer.save_pretrained(str(partial))
-            ckpt.write_json(partial / "pretrain.json", meta)
-            (partial / MARKER).write_text("complete\n")
-            shutil.rmtree(folder, ignore_errors=True)
-            os.replace(partial, folder)
+            with AtomicFolder(folder).writing(kind="pretrained", tokens=meta["tokens_budget"]) as partial:
+                engine.module.save_pretrained(str(partial), state_dict=state)
+                self.tokenizer.save_pretrained(str(partial))
+                write_json(partial / "pretrain.json", meta)
         barrier()
 
 
 def _meta(config: RunConfig, languages: list[str], budget: int, seen: int, step: int, lp: dict) -> dict:
-    return {"tokens_budget": budget, "tokens_seen": seen, "steps": step, "lp": lp, "languages": languages,
-            "corpus": corpus_path(config.corpus), "backbone": config.model.backbone, "seed": config.run.seed}
+    return {
+        "tokens_budget": budget,
+        "tokens_seen": seen,
+        "steps": step,
+        "lp": lp,
+        "languages": languages,
+        "corpus": corpus_path(config.corpus),
+        "backbone": config.model.backbone,
+        "seed": config.run.seed,
+    }
 
 
 def quiet_progress() -> None:
@@ -176,11 +204,16 @@ def prelude_key(config: RunConfig, languages: list[str]) -> str:
     """A hash of everything that determines the pre-trained checkpoint of ``pretrain.before_finetune``."""
     model = config.model.model_dump(mode="json", exclude={"adapter", "classifier_dropout"})
     parts = {
-        "version": PRETRAIN_VERSION, "model": model, "max_length": config.data.max_length,
+        "version": PRETRAIN_VERSION,
+        "model": model,
+        "max_length": config.data.max_length,
         "pretrain": config.pretrain.model_dump(mode="json", exclude={"before_finetune"}),
-        "corpus": config.corpus.model_dump(mode="json", exclude={"languages"}), "languages": languages,
-        "seed": config.run.seed, "precision": config.training.precision,
-        "clipping": config.training.gradient_clipping, "corpus_files": _corpus_digest(config, languages),
+        "corpus": config.corpus.model_dump(mode="json", exclude={"languages"}),
+        "languages": languages,
+        "seed": config.run.seed,
+        "precision": config.training.precision,
+        "clipping": config.training.gradient_clipping,
+        "corpus_files": _corpus_digest(config, languages),
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
 
@@ -211,15 +244,19 @@ def pretrained_backbone(config: RunConfig, proc: ProcessInfo) -> RunConfig:
         barrier()
         pre = Pretraining(config, languages, proc)
         tokens = config.pretrain.tokens
-        logger.info(f"pre-training the backbone ({config.model.backbone}) with masked-LM on "
-                    f"{', '.join(languages)}: {tokens:,} tokens, {pre.steps_for(tokens)} steps -> {folder}")
+        logger.info(
+            f"pre-training the backbone ({config.model.backbone}) with masked-LM on "
+            f"{', '.join(languages)}: {tokens:,} tokens, {pre.steps_for(tokens)} steps -> {folder}"
+        )
         start = time.perf_counter()
 
         def save(budget, seen, step, lp, engine):
             meta = {**_meta(config, languages, budget, seen, step, lp), "seconds": time.perf_counter() - start}
             pre.write_checkpoint(folder, engine, meta)
-            logger.info(f"pre-trained in {time.perf_counter() - start:.0f} s; L_p = "
-                        + ", ".join(f"{k} {v:.4f}" for k, v in lp.items()))
+            logger.info(
+                f"pre-trained in {time.perf_counter() - start:.0f} s; L_p = "
+                + ", ".join(f"{k} {v:.4f}" for k, v in lp.items())
+            )
 
         pre.train(tokens, [tokens], save, log=None)
     model = config.model.model_copy(update={"backbone": str(folder), "revision": None})
@@ -239,19 +276,17 @@ class PretrainRun:
 
         config = self.config
         if config.run.resume:
-            raise ConfigError("run.stage=pretrain cannot resume; its checkpoints are complete Hugging Face folders "
-                              "to fine-tune or probe, and a new run.output_dir starts it again")
+            raise ConfigError(
+                "run.stage=pretrain cannot resume; its checkpoints are complete Hugging Face folders "
+                "to fine-tune or probe, and a new run.output_dir starts it again"
+            )
         check_output_dir(config)
         proc = init_distributed()
         quiet_progress()
         setup_console_logging(proc.is_main)
         pre = Pretraining(config, list(config.corpus.languages), proc)
         if proc.is_main:
-            if config.run.overwrite and self.run_dir.exists():
-                shutil.rmtree(self.run_dir)
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / "config.yaml").write_text(config_to_yaml(config), encoding="utf-8")
-            add_file_log(self.run_dir)
+            create_run_dir(config)
         barrier()
         p = config.pretrain
         budgets = [*p.save_at_tokens, p.tokens]
@@ -262,8 +297,11 @@ class PretrainRun:
         def save(budget, seen, step, lp, engine):
             meta = {**_meta(config, pre.languages, budget, seen, step, lp), "seconds": time.perf_counter() - start}
             pre.write_checkpoint(self.run_dir / "checkpoints" / f"tokens-{budget}", engine, meta)
-            log.log(offset[0] + step, "budget", {"tokens_budget": budget, "tokens_seen": seen,
-                                                 **{f"lp/{k}": v for k, v in lp.items()}})
+            log.log(
+                offset[0] + step,
+                "budget",
+                {"tokens_budget": budget, "tokens_seen": seen, **{f"lp/{k}": v for k, v in lp.items()}},
+            )
             results.append(meta)
             logger.info(f"{budget:,} tokens (step {step}): L_p = " + ", ".join(f"{k} {v:.4f}" for k, v in lp.items()))
 
@@ -275,8 +313,10 @@ class PretrainRun:
                     pre.train(budget, [budget], save, log, step_offset=offset[0])
                     offset[0] += pre.steps_for(budget)
             else:
-                logger.info(f"pre-training for {p.tokens:,} tokens ({pre.steps_for(p.tokens)} steps), saving at "
-                            + ", ".join(f"{b:,}" for b in budgets))
+                logger.info(
+                    f"pre-training for {p.tokens:,} tokens ({pre.steps_for(p.tokens)} steps), saving at "
+                    + ", ".join(f"{b:,}" for b in budgets)
+                )
                 pre.train(p.tokens, budgets, save, log)
         finally:
             log.close()

@@ -2,7 +2,8 @@
 
 A run writes ``encoder/`` (the encoder's config and the tokenizer) when it starts, and every checkpoint holds
 the full weights plus ``heads.json`` and ``trainer_state.json``; together with ``config.yaml`` that is all it
-takes to rebuild :class:`MultiTaskModel` -- for export, scoring and probes.
+takes to rebuild :class:`MultiTaskModel` -- for export, scoring and probes, which all restore through
+:func:`load_run` (given the run directory or one of its checkpoint folders), so that a model is rebuilt one way.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from typing import Any, Optional
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-from mtft.adapters.methods import apply_method
+from mtft.adapters import AdapterMethod, build_method
 from mtft.config import load_config
 from mtft.config.schema import RunConfig
 from mtft.core.errors import CheckpointError, UserError
-from mtft.models.heads import build_head
 from mtft.models.multitask import MultiTaskModel
+from mtft.tasks.kinds import build_head
 from mtft.training.checkpoint import MARKER, latest_checkpoint
 
 ENCODER_DIR = "encoder"
@@ -34,6 +35,8 @@ class LoadedRun:
     heads: dict[str, dict[str, Any]]  # task -> {"kind", "label_names"}
     objectives: list[str]  # loss objectives, in their index order
     checkpoint: Path
+    method: AdapterMethod  # model.adapter.method, applied to model.encoder
+    run_dir: Path
 
 
 def save_encoder_files(run_dir: Path, encoder, tokenizer) -> None:
@@ -43,11 +46,24 @@ def save_encoder_files(run_dir: Path, encoder, tokenizer) -> None:
     tokenizer.save_pretrained(str(folder))
 
 
+def find_run_dir(folder: Path) -> tuple[Path, Optional[Path]]:
+    """(run directory, checkpoint) of ``folder``: a run directory itself (no checkpoint named), or one of its
+    checkpoint folders (``<run>/checkpoints/step-N``, ``<run>/best``) with the run directory above it."""
+    folder = Path(folder)
+    if (folder / "config.yaml").is_file():
+        return folder, None
+    if (folder / "model.safetensors").is_file():
+        for run_dir in (folder.parent, folder.parent.parent):
+            if (run_dir / "config.yaml").is_file():
+                return run_dir, folder
+    raise CheckpointError(f"{folder} is not an mtft run directory (no config.yaml)")
+
+
 def load_run(run_dir: Path, checkpoint: Optional[Path] = None) -> LoadedRun:
-    """The model of ``run_dir`` with the weights of ``checkpoint`` (default: its newest complete one)."""
-    run_dir = Path(run_dir)
-    if not (run_dir / "config.yaml").is_file():
-        raise CheckpointError(f"{run_dir} is not an mtft run directory (no config.yaml)")
+    """The model of ``run_dir`` with the weights of ``checkpoint`` (default: its newest complete one).
+    ``run_dir`` may also be a checkpoint folder of a run, whose weights are then loaded."""
+    run_dir, found = find_run_dir(run_dir)
+    checkpoint = checkpoint or found
     if not (run_dir / ENCODER_DIR / "config.json").is_file():
         raise CheckpointError(f"{run_dir} has no {ENCODER_DIR}/config.json (written when a run starts)")
     checkpoint = Path(checkpoint) if checkpoint else latest_checkpoint(run_dir)
@@ -66,11 +82,16 @@ def load_run(run_dir: Path, checkpoint: Optional[Path] = None) -> LoadedRun:
     encoder = AutoModel.from_config(AutoConfig.from_pretrained(str(run_dir / ENCODER_DIR)))
     if getattr(encoder, "pooler", None) is not None:
         encoder.pooler = None  # as in training (mtft.models.backbone)
-    apply_method(encoder, config.model.adapter, list(heads), len(objectives), config.run.seed)
-    model = MultiTaskModel(encoder, {
-        task: build_head(meta["kind"], encoder.config.hidden_size, meta["label_names"], 0.0)
-        for task, meta in heads.items()
-    }, num_objectives=len(objectives))
+    method = build_method(config.model.adapter)
+    method.apply(encoder, list(heads), objectives, config.run.seed)  # rows are routed by their head's task
+    model = MultiTaskModel(
+        encoder,
+        {
+            task: build_head(meta["kind"], encoder.config.hidden_size, meta["label_names"], 0.0)
+            for task, meta in heads.items()
+        },
+        num_objectives=len(objectives),
+    )
     missing, unexpected = model.load_state_dict(load_file(str(checkpoint / "model.safetensors")), strict=False)
     if missing or unexpected:
         raise CheckpointError(
@@ -78,7 +99,7 @@ def load_run(run_dir: Path, checkpoint: Optional[Path] = None) -> LoadedRun:
             f"unexpected {sorted(unexpected)[:3]}"
         )
     tokenizer = AutoTokenizer.from_pretrained(str(run_dir / ENCODER_DIR))
-    return LoadedRun(config, model.eval(), tokenizer, heads, objectives, checkpoint)
+    return LoadedRun(config, model.eval(), tokenizer, heads, objectives, checkpoint, method, run_dir)
 
 
 def _objectives(run_dir: Path, checkpoint: Path) -> list[str]:

@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
 import yaml
 
+from mtft.adapters import AdapterMethod, build_method
 from mtft.config.paths import cache_dir
 from mtft.config.schema import RunConfig
-from mtft.adapters.methods import apply_method
-from mtft.adapters.multi_lora import multi_lora_layers
-from mtft.data.pipeline import PreparedData
 from mtft.core.errors import ConfigError
+from mtft.data.pipeline import PreparedData
 from mtft.models.backbone import build_encoder
-from mtft.models.heads import build_head
 from mtft.models.multitask import MultiTaskModel
 from mtft.models.tokenizer import load_backbone_tokenizer, tiny_tokenizer
+from mtft.tasks.kinds import build_head
 from mtft.training import checkpoint as ckpt
 
 # Keys that may differ between an interrupted run and its resumption.
@@ -34,43 +32,50 @@ def make_tokenizer_factory(config: RunConfig):
 
 def build_model(config: RunConfig, data: PreparedData) -> MultiTaskModel:
     encoder = build_encoder(config.model, data.tokenizer, config.data.max_length, config.run.seed)
-    adapter = config.model.adapter
-    if adapter.method == "multi_lora" and adapter.granularity == "objective":
+    method = build_method(config.model.adapter)
+    if method.routing == "objective":
         untrained = [o.key for o in data.eval_objectives() if (o.task, o.language) not in data.eval_objective]
         if untrained:
             raise ConfigError(
-                "model.adapter.granularity=objective gives every loss objective its own B, but the evaluated "
+                "model.adapter.granularity=objective gives every loss objective its own adapter, but the evaluated "
                 f"{', '.join(untrained[:5])} {'is' if len(untrained) == 1 else 'are'} not trained "
                 "(zero-shot): use granularity=task, or the in_language protocol"
             )
-    apply_method(encoder, adapter, list(data.tasks), len(data.objective_names), config.run.seed)
+    # a row is routed by the task whose head predicts it (an evaluation-only task borrows its owner's adapter)
+    method.apply(encoder, data.head_tasks(), data.objective_names, config.run.seed)
     heads = {
         name: build_head(td.task.head, encoder.config.hidden_size, td.label_names, config.model.classifier_dropout)
-        for name, td in data.tasks.items() if name in data.head_tasks()
+        for name, td in data.tasks.items()
+        if name in data.head_tasks()
     }
     return MultiTaskModel(encoder, heads, num_objectives=len(data.objective_names))
 
 
 def heads_metadata(data: PreparedData) -> dict[str, Any]:
-    return {name: {"kind": td.task.head, "label_names": td.label_names} for name, td in data.tasks.items()
-            if name in data.head_tasks()}
+    return {
+        name: {"kind": td.task.head, "label_names": td.label_names}
+        for name, td in data.tasks.items()
+        if name in data.head_tasks()
+    }
 
 
-def shared_parameters(model: MultiTaskModel, data: PreparedData, mode: str
-                      ) -> tuple[list[torch.nn.Parameter], dict[torch.nn.Parameter, torch.Tensor]]:
-    """The parameters whose per-objective gradients form the Gram (``weighting.shared``), and for stacked
-    Multi-LoRA B's the slots (rows) among them that count.
+def shared_parameters(
+    model: MultiTaskModel, data: PreparedData, mode: str, method: AdapterMethod
+) -> tuple[list[torch.nn.Parameter], dict[torch.nn.Parameter, torch.Tensor]]:
+    """The parameters whose per-objective gradients form the Gram (``weighting.shared``), and for parameters
+    stacked over the method's routing slots (:meth:`~mtft.adapters.AdapterMethod.shared_rows`) the rows that count.
 
     ``auto``: those that more than one objective can update -- every encoder weight, a task's head when several
-    objectives (its languages) use it, and a task's Multi-LoRA B likewise (with one B per objective, none is
-    shared). With ``weighting.objectives: task`` the heads and B's are private.
+    objectives (its languages) use it, and a routed adapter likewise (with one adapter per objective, none is
+    shared). With ``weighting.objectives: task`` the heads and task adapters are private.
     """
     objectives_of_task: dict[str, set[int]] = {}
     for unit, objective in zip(data.train_units, data.unit_objective):
         objectives_of_task.setdefault(unit.task, set()).add(objective)
-    users_of_slot = {"task": [len(objectives_of_task.get(task, ())) for task in data.tasks],
-                     "objective": [1] * len(data.objective_names)}
-    routed = {layer.lora_B.weight: layer.route_by for layer in multi_lora_layers(model)}
+    # task slots are the tasks that own a head, in head order: rows are routed by their head's index
+    routed = method.shared_rows(
+        model, [len(objectives_of_task.get(task, ())) for task in model.heads], len(data.objective_names)
+    )
     shared, only_rows = [], {}
     for name, param in model.named_parameters():
         if not param.requires_grad:
@@ -79,10 +84,9 @@ def shared_parameters(model: MultiTaskModel, data: PreparedData, mode: str
         if mode == "all" or (mode == "encoder" and not is_head):
             shared.append(param)
         elif mode == "auto" and param in routed:
-            slots = (torch.tensor(users_of_slot[routed[param]]) > 1).nonzero(as_tuple=True)[0]
-            if len(slots):
+            if len(routed[param]):
                 shared.append(param)
-                only_rows[param] = slots
+                only_rows[param] = routed[param]
         elif mode == "auto":
             users = len(objectives_of_task.get(name.split(".")[1], ())) if is_head else len(data.objective_names)
             if users > 1:
@@ -107,7 +111,9 @@ def check_output_dir(config: RunConfig) -> Optional[Path]:
         return None
     saved = run_dir / "config.yaml"
     if not saved.is_file():
-        raise ConfigError(f"output directory {run_dir} is not empty and holds no mtft run; choose another run.output_dir")
+        raise ConfigError(
+            f"output directory {run_dir} is not empty and holds no mtft run; choose another run.output_dir"
+        )
     if config.run.overwrite and not config.run.resume:
         return None
     if not config.run.resume:
@@ -127,5 +133,3 @@ def _config_differences(old: Any, new: Any, path: tuple = ()) -> list[str]:
     if isinstance(old, dict) and isinstance(new, dict):
         return [d for k in sorted(set(old) | set(new)) for d in _config_differences(old.get(k), new.get(k), (*path, k))]
     return [] if old == new else [".".join(map(str, path))]
-
-

@@ -67,4 +67,3 @@ class LossWeightedStep:
         present = total_counts > 0
         combined = float((weights[present] * means[present]).sum())
         return StepResult(means, total_counts, weights, combined, examples, self.weighting.state())
-

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -17,25 +16,26 @@ import datasets
 import torch
 from tqdm import tqdm
 
-from mtft.adapters.methods import parameter_table
-from mtft.config.load import config_to_yaml
+from mtft.adapters import build_method, parameter_table
 from mtft.config.schema import RunConfig
+from mtft.core.atomic import AtomicFolder, write_json
+from mtft.core.distributed import barrier, init_distributed
+from mtft.core.errors import CheckpointError, ConfigError
 from mtft.data.batching import BatchBuilder
 from mtft.data.pipeline import PreparedData, prepare_data
 from mtft.data.sampler import MultiObjectiveSampler, mixing_probabilities
-from mtft.core.errors import CheckpointError, ConfigError
 from mtft.evaluation.evaluate import Evaluation, evaluate
 from mtft.forgetting import build_monitor
 from mtft.forgetting.monitor import prepare_forgetting
-from mtft.training.pretrain import pretrained_backbone
 from mtft.forgetting.report import monitor_sections
-from mtft.training.restore import save_encoder_files
-from mtft.reporting.logs import MetricsLog, add_file_log, logger, setup_console_logging
+from mtft.reporting.logs import MetricsLog, logger, setup_console_logging
 from mtft.reporting.report import write_report
 from mtft.training import checkpoint as ckpt
-from mtft.core.distributed import barrier, init_distributed
 from mtft.training.engine import deepspeed_config, initialize
 from mtft.training.gram_step import GramWeightedStep
+from mtft.training.pretrain import pretrained_backbone
+from mtft.training.restore import save_encoder_files
+from mtft.training.rundir import create_run_dir
 from mtft.training.setup import (
     build_model,
     check_metric_for_best,
@@ -99,13 +99,19 @@ class Run:
         self.data = self._prepare_data_rank0_first()
         check_metric_for_best(config, self.data)
         forgetting = prepare_forgetting(config, self.model_config, self.data)
-        model = build_model(self.model_config, self.data)  # before the run directory: a bad backbone or adapter writes nothing
+        model = build_model(
+            self.model_config, self.data
+        )  # before the run directory: a bad backbone or adapter writes nothing
         self.weighting = build_weighting(config.weighting.method, config.weighting.options)
         self.shared = self._shared_parameters(model) if self.weighting.needs_gram else None
         self._create_run_dir(model)
         self.parameters = parameter_table(model)
-        logger.info(f"{config.model.adapter.method}: " + "; ".join(
-            f"{part} {stored:,} stored / {trainable:,} trainable" for part, stored, trainable in self.parameters))
+        logger.info(
+            f"{config.model.adapter.method}: "
+            + "; ".join(
+                f"{part} {stored:,} stored / {trainable:,} trainable" for part, stored, trainable in self.parameters
+            )
+        )
         self.engine = initialize(model, config, self.proc.world_size)
         self.builder = BatchBuilder(self.data)
         self.step_fn = self._build_step()
@@ -116,8 +122,12 @@ class Run:
             self._resume(resume_from)  # restores this rank's RNG state too
         else:
             torch.manual_seed(config.run.seed + 1 + self.proc.rank)  # this rank's dropout stream
-        self.log = MetricsLog(self.run_dir, self.proc.is_main, config.logging.tensorboard,
-                              resume_step=self.step if config.run.resume else None)
+        self.log = MetricsLog(
+            self.run_dir,
+            self.proc.is_main,
+            config.logging.tensorboard,
+            resume_step=self.step if config.run.resume else None,
+        )
         try:
             self.monitor.start(self.step, self.log)
             self._train()
@@ -142,17 +152,16 @@ class Run:
         return data
 
     def _create_run_dir(self, model) -> None:
+        """A new run directory appears complete (config, encoder files, marker) or not at all; with
+        run.overwrite it replaces the previous run in one rename. A resumed run keeps its directory."""
         if self.proc.is_main:
-            if self.config.run.overwrite and not self.config.run.resume and self.run_dir.exists():
-                shutil.rmtree(self.run_dir)
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / "config.yaml").write_text(config_to_yaml(self.config), encoding="utf-8")
-            save_encoder_files(self.run_dir, model.encoder, self.data.tokenizer)
-            add_file_log(self.run_dir)
+            create_run_dir(self.config, lambda folder: save_encoder_files(folder, model.encoder, self.data.tokenizer))
         barrier()
 
     def _shared_parameters(self, model):
-        shared, shared_rows = shared_parameters(model, self.data, self.config.weighting.shared)
+        shared, shared_rows = shared_parameters(
+            model, self.data, self.config.weighting.shared, build_method(self.config.model.adapter)
+        )
         if not shared and len(self.data.objective_names) > 1:  # one objective: w = 1, nothing to balance
             raise ConfigError(
                 f"weighting.method={self.config.weighting.method}: no trainable parameter is shared by two "
@@ -167,10 +176,13 @@ class Run:
         if not self.weighting.needs_gram:
             return LossWeightedStep(self.engine, self.weighting, num_objectives, world)
         shared, shared_rows = self.shared
-        logger.info(f"{self.config.weighting.method}: Gram over {sum(p.numel() for p in shared):,} shared parameters "
-                    f"({len(shared)} tensors), {num_objectives} objectives")
-        return GramWeightedStep(self.engine, self.weighting, num_objectives, world, shared,
-                                self.config.weighting.cosine_every, shared_rows)
+        logger.info(
+            f"{self.config.weighting.method}: Gram over {sum(p.numel() for p in shared):,} shared parameters "
+            f"({len(shared)} tensors), {num_objectives} objectives"
+        )
+        return GramWeightedStep(
+            self.engine, self.weighting, num_objectives, world, shared, self.config.weighting.cosine_every, shared_rows
+        )
 
     def _sampler(self) -> MultiObjectiveSampler:
         mixing = self.config.data.mixing
@@ -189,11 +201,18 @@ class Run:
     def _train(self) -> None:
         cfg = self.config
         self.engine.train()
-        bar = tqdm(total=cfg.training.max_steps, initial=self.step, desc="train", dynamic_ncols=True,
-                   disable=not (self.proc.is_main and cfg.logging.progress_bar))
+        bar = tqdm(
+            total=cfg.training.max_steps,
+            initial=self.step,
+            desc="train",
+            dynamic_ncols=True,
+            disable=not (self.proc.is_main and cfg.logging.progress_bar),
+        )
         window = _Window(len(self.data.objective_names))
-        logger.info(f"training {len(self.data.objective_names)} objectives for {cfg.training.max_steps} steps "
-                    f"on {self.proc.world_size} process(es) -> {self.run_dir}")
+        logger.info(
+            f"training {len(self.data.objective_names)} objectives for {cfg.training.max_steps} steps "
+            f"on {self.proc.world_size} process(es) -> {self.run_dir}"
+        )
         while self.step < cfg.training.max_steps:
             result = self.step_fn(self._micro_batches())
             self.step += 1
@@ -208,16 +227,19 @@ class Run:
                 weights = {f"weight/{n}": w for n, w in zip(self.data.objective_names, result.weights.tolist())}
                 self.log.log(self.step, "weighting", {**weights, **result.extras})
             if getattr(self.step_fn, "last_cosines", None) is not None:
-                self.log.log(self.step, "cosines", {"objectives": self.data.objective_names,
-                                                    "matrix": self.step_fn.last_cosines})
+                self.log.log(
+                    self.step, "cosines", {"objectives": self.data.objective_names, "matrix": self.step_fn.last_cosines}
+                )
                 self.step_fn.last_cosines = None
             if stop:
                 logger.info(f"step {self.step}: the forgetting bound passed forgetting.budget; stopping")
                 self.log.log(self.step, "stopped", {"reason": stop})
                 break
             if self._stationary(result):
-                logger.info(f"step {self.step}: Pareto-stationary for {cfg.weighting.stationarity_patience} steps "
-                            f"(||d||²/mean||g_t||² < {cfg.weighting.stationarity_eps:g}); stopping")
+                logger.info(
+                    f"step {self.step}: Pareto-stationary for {cfg.weighting.stationarity_patience} steps "
+                    f"(||d||²/mean||g_t||² < {cfg.weighting.stationarity_eps:g}); stopping"
+                )
                 self.log.log(self.step, "stopped", {"reason": "pareto_stationary"})
                 break
             if self.step % cfg.logging.every_steps == 0 or self.step == cfg.training.max_steps:
@@ -248,8 +270,9 @@ class Run:
         logger.info(f"step {self.step}: {summary}")
         if cfg.metric_for_best:
             value = result.metrics[cfg.metric_for_best]
-            better = self.best is None or (value > self.best["value"] if cfg.greater_is_better
-                                           else value < self.best["value"])
+            better = self.best is None or (
+                value > self.best["value"] if cfg.greater_is_better else value < self.best["value"]
+            )
             if better:
                 self.best = {"metric": cfg.metric_for_best, "value": value, "step": self.step}
                 self._save_best(result)
@@ -258,20 +281,20 @@ class Run:
     def _save_best(self, result: Evaluation) -> None:
         state = ckpt.full_state_dict(self.engine)
         if self.proc.is_main:
-            folder = self.run_dir / "best"
-            tmp = self.run_dir / "best.partial"
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir()
-            ckpt.write_weights(state, heads_metadata(self.data), tmp)
-            ckpt.write_json(tmp / "metrics.json", {"step": self.step, **result.metrics})
-            shutil.rmtree(folder, ignore_errors=True)
-            tmp.rename(folder)
+            with AtomicFolder(self.run_dir / "best").writing(kind="best", step=self.step) as folder:
+                ckpt.write_weights(state, heads_metadata(self.data), folder)
+                write_json(folder / "metrics.json", {"step": self.step, **result.metrics})
         barrier()
 
     def _trainer_state(self) -> dict[str, Any]:
-        return {"step": self.step, "sampler": self.sampler.state_dict(), "best": self.best,
-                "objectives": self.data.objective_names, "stationary_run": self.stationary_run,
-                "forgetting": self.monitor.state_dict()}
+        return {
+            "step": self.step,
+            "sampler": self.sampler.state_dict(),
+            "best": self.best,
+            "objectives": self.data.objective_names,
+            "stationary_run": self.stationary_run,
+            "forgetting": self.monitor.state_dict(),
+        }
 
     def _save(self, force: bool = False) -> None:
         if self.proc.world_size > 1 and self.engine.zero_optimization_stage() < 3:
@@ -280,8 +303,15 @@ class Run:
             if not in_sync:
                 logger.warning(f"step {self.step}: the ranks' weights differ")
         if force or self.config.checkpointing.every_steps:
-            ckpt.save_checkpoint(self.engine, self.run_dir, self.step, self._trainer_state(),
-                                 heads_metadata(self.data), self.proc.rank, self.config.checkpointing.keep_last)
+            ckpt.save_checkpoint(
+                self.engine,
+                self.run_dir,
+                self.step,
+                self._trainer_state(),
+                heads_metadata(self.data),
+                self.proc.rank,
+                self.config.checkpointing.keep_last,
+            )
 
     def _resume(self, path: Path) -> None:
         state = ckpt.load_checkpoint(self.engine, path, self.proc.rank)
@@ -300,27 +330,36 @@ class Run:
             (predictions / task).mkdir(parents=True, exist_ok=True)
             with (predictions / task / f"{lang}.jsonl").open("w", encoding="utf-8") as handle:
                 handle.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-        ckpt.write_json(self.run_dir / "metrics.json", {"step": self.step, **final.metrics})
+        write_json(self.run_dir / "metrics.json", {"step": self.step, **final.metrics})
         objectives = [
             {"name": unit.key, "examples": len(self.data.train_dataset(i)), "probability": float(self.mix[i])}
             for i, unit in enumerate(self.data.train_units)
         ]
         setup = [
-            ("backbone", cfg.model.backbone), ("method", cfg.model.adapter.method), ("weighting", f"{cfg.weighting.method} over {cfg.weighting.objectives}"),
+            ("backbone", cfg.model.backbone),
+            ("method", cfg.model.adapter.method),
+            ("weighting", f"{cfg.weighting.method} over {cfg.weighting.objectives}"),
             ("optimizer", f"{cfg.training.optimizer.name}, lr {cfg.training.optimizer.lr:g}"),
-            ("steps", str(self.step)), ("processes", str(self.proc.world_size)),
-            ("global batch", str(cfg.training.micro_batch_size * cfg.training.gradient_accumulation_steps
-                                 * self.proc.world_size)),
+            ("steps", str(self.step)),
+            ("processes", str(self.proc.world_size)),
+            (
+                "global batch",
+                str(cfg.training.micro_batch_size * cfg.training.gradient_accumulation_steps * self.proc.world_size),
+            ),
             ("DeepSpeed", f"{cfg.training.deepspeed_config} (ZeRO stage {self.engine.zero_optimization_stage()})"),
             ("evaluation split", cfg.evaluation.split),
         ]
         path = write_report(
-            self.run_dir, cfg.run.name, setup, objectives, final.metrics, self.best,
+            self.run_dir,
+            cfg.run.name,
+            setup,
+            objectives,
+            final.metrics,
+            self.best,
             {name: list(td.task.metrics) for name, td in self.data.tasks.items()},
             {name: td.languages for name, td in self.data.tasks.items()},
-            parameters=self.parameters, sections=monitor_sections(self.run_dir),
+            parameters=self.parameters,
+            sections=monitor_sections(self.run_dir),
             variants={name: td.task.metric_description() for name, td in self.data.tasks.items()},
         )
         logger.info(f"report: {path}")
-
-

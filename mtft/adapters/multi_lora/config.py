@@ -1,4 +1,4 @@
-"""Shared-A Multi-LoRA configuration (SPEC §2, seed 002)."""
+"""Shared-A Multi-LoRA configuration."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from typing import Literal, Union
 
 import peft
+
+from mtft.adapters.peft_config import peft_lora_config
 
 
 @dataclass(frozen=True)
@@ -30,5 +32,4 @@ class MultiLoraConfig:
 
     def as_peft(self) -> peft.LoraConfig:
         """The equivalent PEFT LoRA config: used for PEFT's target-module matching rules (and for export)."""
-        targets = self.target_modules if isinstance(self.target_modules, str) else list(self.target_modules)
-        return peft.LoraConfig(r=self.r, lora_alpha=self.alpha, lora_dropout=self.dropout, target_modules=targets)
+        return peft_lora_config(self.r, self.alpha, self.dropout, self.target_modules)

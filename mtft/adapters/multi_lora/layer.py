@@ -40,8 +40,17 @@ class RoutedLoraB(nn.Module):
 
 
 class MultiLoraLinear(nn.Module):
-    def __init__(self, base: nn.Linear, num_adapters: int, r: int, alpha: float, dropout: float, init_a: str,
-                 generator: Optional[torch.Generator] = None, route_by: Literal["task", "objective"] = "task"):
+    def __init__(
+        self,
+        base: nn.Linear,
+        num_adapters: int,
+        r: int,
+        alpha: float,
+        dropout: float,
+        init_a: str,
+        generator: Optional[torch.Generator] = None,
+        route_by: Literal["task", "objective"] = "task",
+    ):
         super().__init__()
         self.base_layer = base
         base.requires_grad_(False)
@@ -70,4 +79,6 @@ class MultiLoraLinear(nn.Module):
         return out + self.scaling * self.lora_B(shared, slots)
 
     def extra_repr(self) -> str:
-        return f"in={self.lora_A.shape[1]}, r={self.lora_A.shape[0]}, scaling={self.scaling:g}, route_by={self.route_by}"
+        return (
+            f"in={self.lora_A.shape[1]}, r={self.lora_A.shape[0]}, scaling={self.scaling:g}, route_by={self.route_by}"
+        )

@@ -10,8 +10,9 @@ from mtft.adapters.multi_lora.config import MultiLoraConfig
 from mtft.adapters.multi_lora.layer import MultiLoraLinear
 
 
-def inject_multi_lora(encoder: nn.Module, config: MultiLoraConfig, num_adapters: int, seed: int,
-                      route_by: str = "task") -> list[str]:
+def inject_multi_lora(
+    encoder: nn.Module, config: MultiLoraConfig, num_adapters: int, seed: int, route_by: str = "task"
+) -> list[str]:
     """Freeze ``encoder`` and replace every targeted ``nn.Linear`` by a :class:`MultiLoraLinear` in place.
 
     Returns the names of the adapted layers; an empty match is an error (a typo in target_modules would
@@ -19,15 +20,26 @@ def inject_multi_lora(encoder: nn.Module, config: MultiLoraConfig, num_adapters:
     peft_config = config.as_peft()
     encoder.requires_grad_(False)
     generator = torch.Generator().manual_seed(seed)
-    names = [name for name, module in encoder.named_modules()
-             if isinstance(module, nn.Linear) and check_target_module_exists(peft_config, name)]
+    names = [
+        name
+        for name, module in encoder.named_modules()
+        if isinstance(module, nn.Linear) and check_target_module_exists(peft_config, name)
+    ]
     if not names:
         raise ValueError(f"adapter.target_modules={config.target_modules!r} matches no linear layer of the encoder")
     for name in names:
         parent_name, _, child = name.rpartition(".")
         parent = encoder.get_submodule(parent_name) if parent_name else encoder
-        layer = MultiLoraLinear(getattr(parent, child), num_adapters, config.r, config.alpha, config.dropout,
-                                config.init_a, generator, route_by)
+        layer = MultiLoraLinear(
+            getattr(parent, child),
+            num_adapters,
+            config.r,
+            config.alpha,
+            config.dropout,
+            config.init_a,
+            generator,
+            route_by,
+        )
         setattr(parent, child, layer)
     return names
 

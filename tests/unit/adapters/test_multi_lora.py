@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-import json
-
 import peft
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoModel, RobertaConfig
 
+from mtft.adapters import parameter_table
 from mtft.adapters.lora import inject_lora, lora_layers
-from mtft.adapters.methods import parameter_table
 from mtft.adapters.multi_lora import MultiLoraConfig, MultiLoraLinear, inject_multi_lora, multi_lora_layers
+from mtft.core.rows import labelled_rows
 from mtft.models.heads import SequenceClassificationHead
 from mtft.models.multitask import MultiTaskModel
-from mtft.core.rows import labelled_rows
-from tests.conftest import demo_overrides, read_jsonl, run_cli
-from tests.e2e.test_distributed import second_task
 from tests.unit.models.test_model import tiny_model
 
 
@@ -54,8 +50,9 @@ def routed_model(tmp_path, tasks=3):
     inject_multi_lora(model.encoder, MultiLoraConfig(r=4, target_modules=["query", "value", "dense"]), tasks, seed=1)
     for layer in multi_lora_layers(model):
         torch.nn.init.normal_(layer.lora_B.weight, std=0.5)
-    enc = tok(["alpha beta", "gamma delta", "zeta eta", "theta alpha", "beta beta", "eta"], padding=True,
-              return_tensors="pt")
+    enc = tok(
+        ["alpha beta", "gamma delta", "zeta eta", "theta alpha", "beta beta", "eta"], padding=True, return_tensors="pt"
+    )
     return model.eval(), enc
 
 
@@ -80,8 +77,9 @@ def test_mixed_batch_equals_each_task_alone(tmp_path):
         mixed = model.encoder(**enc).last_hidden_state
     for i in range(6):
         with labelled_rows(task=tasks[i : i + 1]):
-            alone = model.encoder(input_ids=enc["input_ids"][i : i + 1],
-                                  attention_mask=enc["attention_mask"][i : i + 1]).last_hidden_state
+            alone = model.encoder(
+                input_ids=enc["input_ids"][i : i + 1], attention_mask=enc["attention_mask"][i : i + 1]
+            ).last_hidden_state
         torch.testing.assert_close(mixed[i : i + 1], alone, rtol=1e-5, atol=1e-5)
 
 
@@ -94,8 +92,13 @@ def test_a_stays_frozen_and_b_trains(tmp_path):
     trainable = [p for p in model.parameters() if p.requires_grad]
     assert all(not m.lora_A.requires_grad and not m.base_layer.weight.requires_grad for m in layers)
     optimizer = torch.optim.AdamW(trainable, lr=1e-2)
-    batch = dict(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], labels=torch.tensor([0, 1] * 3),
-                 head_index=torch.tensor([0, 1, 2, 0, 1, 2]), objective_index=torch.tensor([0, 1, 2, 0, 1, 2]))
+    batch = dict(
+        input_ids=enc["input_ids"],
+        attention_mask=enc["attention_mask"],
+        labels=torch.tensor([0, 1] * 3),
+        head_index=torch.tensor([0, 1, 2, 0, 1, 2]),
+        objective_index=torch.tensor([0, 1, 2, 0, 1, 2]),
+    )
     for _ in range(3):
         sums, counts = model(**batch)
         (sums / counts.clamp(min=1)).sum().backward()
@@ -137,8 +140,11 @@ def test_gaussian_init_is_standard_normal_and_peft_init_is_kaiming_uniform():
 def peft_lora_model(tmp_path, tasks=3):
     model, enc = routed_model(tmp_path, tasks)  # reuse the tokenised batch; replace Multi-LoRA by PEFT LoRA
     plain, _ = tiny_model(tmp_path, num_objectives=tasks)
-    names = inject_lora(plain.encoder, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["query", "value"]),
-                        [f"t{i}" for i in range(tasks)])
+    names = inject_lora(
+        plain.encoder,
+        peft.LoraConfig(r=4, lora_alpha=8, target_modules=["query", "value"]),
+        [f"t{i}" for i in range(tasks)],
+    )
     assert len(names) == 4  # query and value of the tiny encoder's 2 layers
     for layer in lora_layers(plain):
         for adapter in layer.lora_B.values():
@@ -153,8 +159,9 @@ def test_lora_method_routes_mixed_batches_through_each_tasks_peft_adapter(tmp_pa
         mixed = model.encoder(**enc).last_hidden_state
     for i in range(6):
         with labelled_rows(task=tasks[i : i + 1]):
-            alone = model.encoder(input_ids=enc["input_ids"][i : i + 1],
-                                  attention_mask=enc["attention_mask"][i : i + 1]).last_hidden_state
+            alone = model.encoder(
+                input_ids=enc["input_ids"][i : i + 1], attention_mask=enc["attention_mask"][i : i + 1]
+            ).last_hidden_state
         torch.testing.assert_close(mixed[i : i + 1], alone, rtol=1e-5, atol=1e-5)
     with torch.no_grad():
         for layer in lora_layers(model):
@@ -170,12 +177,23 @@ def test_lora_method_trains_every_present_tasks_adapter(tmp_path):
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert all(f"lora_B.t{i}.weight" in " ".join(trainable) for i in range(3))
     assert not any("base_layer" in n or "embeddings" in n for n in trainable)
-    batch = dict(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], labels=torch.tensor([0, 1] * 3),
-                 head_index=torch.tensor([0, 1, 0, 1, 0, 1]), objective_index=torch.tensor([0, 1, 0, 1, 0, 1]))
+    batch = dict(
+        input_ids=enc["input_ids"],
+        attention_mask=enc["attention_mask"],
+        labels=torch.tensor([0, 1] * 3),
+        head_index=torch.tensor([0, 1, 0, 1, 0, 1]),
+        objective_index=torch.tensor([0, 1, 0, 1, 0, 1]),
+    )
     sums, counts = model(**batch)
     (sums / counts.clamp(min=1)).sum().backward()
-    grads = {i: sum(layer.lora_A[f"t{i}"].weight.grad.abs().sum() for layer in lora_layers(model)
-                    if layer.lora_A[f"t{i}"].weight.grad is not None) for i in range(3)}
+    grads = {
+        i: sum(
+            layer.lora_A[f"t{i}"].weight.grad.abs().sum()
+            for layer in lora_layers(model)
+            if layer.lora_A[f"t{i}"].weight.grad is not None
+        )
+        for i in range(3)
+    }
     assert grads[0] > 0 and grads[1] > 0 and grads[2] == 0  # task 2 has no row in the batch
 
 

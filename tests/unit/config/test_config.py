@@ -38,8 +38,10 @@ MINIMAL = "data:\n  tasks:\n    - name: xnli\n"
 
 
 def test_defaults_and_overrides(tmp_path):
-    config = load_config(write(tmp_path, MINIMAL), ["training.max_steps=7", "training.optimizer.lr=1e-3",
-                                                     "data.tasks.0.languages=[en, de]", "run.name=x"])
+    config = load_config(
+        write(tmp_path, MINIMAL),
+        ["training.max_steps=7", "training.optimizer.lr=1e-3", "data.tasks.0.languages=[en, de]", "run.name=x"],
+    )
     assert config.training.max_steps == 7
     assert config.training.optimizer.lr == pytest.approx(1e-3)
     assert config.data.tasks[0].languages == ["en", "de"]
@@ -55,7 +57,10 @@ def test_defaults_and_overrides(tmp_path):
         ("training.max_steps=abc", "training.max_steps: Input should be a valid integer"),
         ("training.max_steps=0", "training.max_steps: Input should be greater than or equal to 1 (got 0)"),
         ("model.dropout=1.5", "model.dropout: Input should be less than 1"),
-        ("weighting.method=magic", "unknown weighting 'magic'; valid choices: cagrad, imtl_g, lfmlf, mean, mgda_normalized, pcgrad, upgrad"),
+        (
+            "weighting.method=magic",
+            "unknown weighting 'magic'; valid choices: cagrad, imtl_g, lfmlf, mean, mgda_normalized, pcgrad, upgrad",
+        ),
         ("data.mixing.strategy=random", "valid choices: proportional, temperature, uniform"),
         ("model.tiny.hidden_size=65", "hidden_size (65) must be a multiple of num_attention_heads (4)"),
         ("training.optimizer.betas=[0.9, 1.5]", "betas must lie in [0, 1)"),
@@ -75,7 +80,9 @@ def test_bad_values_name_key_file_and_choices(tmp_path, override, expected):
 
 def test_unknown_key_in_file(tmp_path):
     path = write(tmp_path, MINIMAL + "trainin:\n  max_steps: 3\n")
-    with pytest.raises(ConfigError, match=r"unknown key 'trainin'; valid keys: checkpointing, corpus, data, evaluation"):
+    with pytest.raises(
+        ConfigError, match=r"unknown key 'trainin'; valid keys: checkpointing, corpus, data, evaluation"
+    ):
         load_config(path)
 
 
@@ -137,17 +144,29 @@ def test_deepspeed_config_comes_from_the_run_config(tmp_path, monkeypatch):
     from mtft.training.engine import deepspeed_config
 
     monkeypatch.chdir(REPO)
-    config = load_config(REPO / "configs/demo.yaml", ["training.gradient_clipping=0.5", "weighting.method=mean",
-                                                      "training.gradient_accumulation_steps=3",
-                                                      "training.deepspeed_config=configs/deepspeed/zero2.json"])
+    config = load_config(
+        REPO / "configs/demo.yaml",
+        [
+            "training.gradient_clipping=0.5",
+            "weighting.method=mean",
+            "training.gradient_accumulation_steps=3",
+            "training.deepspeed_config=configs/deepspeed/zero2.json",
+        ],
+    )
     ds = deepspeed_config(config, world_size=2)
     assert ds["gradient_clipping"] == 0.5 and ds["zero_optimization"]["stage"] == 2
-    assert (ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"], ds["train_batch_size"]) == (32, 3, 192)
+    assert (ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"], ds["train_batch_size"]) == (
+        32,
+        3,
+        192,
+    )
     assert ds["bf16"] == {"enabled": False}  # no GPU here: auto precision is fp32
     # a Gram weighting accumulates the micro-batches itself and hands DeepSpeed one combined gradient
     config.weighting.method = "lfmlf"
-    assert (deepspeed_config(config, 2)["train_micro_batch_size_per_gpu"],
-            deepspeed_config(config, 2)["gradient_accumulation_steps"]) == (96, 1)
+    assert (
+        deepspeed_config(config, 2)["train_micro_batch_size_per_gpu"],
+        deepspeed_config(config, 2)["gradient_accumulation_steps"],
+    ) == (96, 1)
     clash = tmp_path / "ds.json"
     clash.write_text('{"gradient_clipping": 1.0, "zero_optimization": {"stage": 1}}')
     config.training.deepspeed_config = str(clash)

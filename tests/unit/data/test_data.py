@@ -12,22 +12,33 @@ import datasets
 import pytest
 
 from mtft.config import validate_config
+from mtft.core.errors import ConfigError, DataError
 from mtft.data.pipeline import prepare_data
 from mtft.data.sources import load_split
-from mtft.core.errors import ConfigError, DataError
 from mtft.models.tokenizer import tiny_tokenizer
 from mtft.tasks import DatasetRef, discover_tasks
 from tests.conftest import REPO
 
-XNLI_SOURCES = {"facebook/xnli": str(REPO / "tasks/xnli/fixtures/xnli"),
-                "nyu-mll/multi_nli": str(REPO / "tasks/xnli/fixtures/multi_nli")}
+XNLI_SOURCES = {
+    "facebook/xnli": str(REPO / "tasks/xnli/fixtures/xnli"),
+    "nyu-mll/multi_nli": str(REPO / "tasks/xnli/fixtures/multi_nli"),
+}
 
 
 def make_config(**data) -> object:
     raw = {"data": {"sources": XNLI_SOURCES, **data}, "model": {"tiny": {"vocab_size": 300}}}
-    raw["data"].setdefault("tasks", [{"name": "xnli", "languages": ["en", "de"], "protocol": "in_language",
-                                      "max_train_examples": 40,
-                                      "max_eval_examples": 20}])
+    raw["data"].setdefault(
+        "tasks",
+        [
+            {
+                "name": "xnli",
+                "languages": ["en", "de"],
+                "protocol": "in_language",
+                "max_train_examples": 40,
+                "max_eval_examples": 20,
+            }
+        ],
+    )
     return validate_config(raw, source="test")
 
 
@@ -55,8 +66,17 @@ def test_hub_id_without_network_fails_fast_and_clearly():
 
 
 def test_zero_shot_trains_on_multinli_and_evaluates_every_language():
-    config = make_config(tasks=[{"name": "xnli", "languages": ["en", "de", "zh"], "protocol": "zero_shot",
-                                 "max_train_examples": 30, "max_eval_examples": 10}])
+    config = make_config(
+        tasks=[
+            {
+                "name": "xnli",
+                "languages": ["en", "de", "zh"],
+                "protocol": "zero_shot",
+                "max_train_examples": 30,
+                "max_eval_examples": 10,
+            }
+        ]
+    )
     data = prepare_data(config, tokenizer_factory)
     assert [o.key for o in data.train_units] == ["xnli/en"]
     assert "nyu-mll/multi_nli" in data.tasks["xnli"].origin["train", "en"]
@@ -75,15 +95,17 @@ def test_in_language_rows_are_tokenised_with_labels_and_ids():
     assert first.replace(" ", "") == (raw[0]["premise"] + raw[0]["hypothesis"]).replace(" ", "")
 
 
-@pytest.mark.parametrize("mode, names", [("task_language", ["xnli/en", "xnli/de"]), ("task", ["xnli"]),
-                                         ("language", ["en", "de"])])
+@pytest.mark.parametrize(
+    "mode, names", [("task_language", ["xnli/en", "xnli/de"]), ("task", ["xnli"]), ("language", ["en", "de"])]
+)
 def test_objective_grouping(mode, names):
     config = make_config()
     config.weighting.objectives = mode
     data = prepare_data(config, tokenizer_factory)
     assert data.objective_names == names
-    assert [names[i] for i in data.unit_objective] == [{"task_language": u.key, "task": u.task,
-                                                        "language": u.language}[mode] for u in data.train_units]
+    assert [names[i] for i in data.unit_objective] == [
+        {"task_language": u.key, "task": u.task, "language": u.language}[mode] for u in data.train_units
+    ]
 
 
 def test_tokenisation_is_cached(monkeypatch):
@@ -107,11 +129,18 @@ def write_jsonl(path: Path, rows: list[dict]) -> None:
 def user_task(folder: Path, **overrides) -> Path:
     """A declarative task in a user folder, reading local JSON-lines files with string labels."""
     spec = {
-        "task": "sentiment", "head": "sequence_classification", "languages": ["en", "fr"],
-        "default_protocol": "in_language", "text_columns": ["text"], "label_column": "label",
-        "label_names": ["neg", "pos"], "metrics": ["accuracy"],
-        "data": {"train": {"path": "my/sentiment", "name": "{language}", "split": "train"},
-                 "validation": {"path": "my/sentiment", "name": "{language}", "split": "validation"}},
+        "task": "sentiment",
+        "head": "sequence_classification",
+        "languages": ["en", "fr"],
+        "default_protocol": "in_language",
+        "text_columns": ["text"],
+        "label_column": "label",
+        "label_names": ["neg", "pos"],
+        "metrics": ["accuracy"],
+        "data": {
+            "train": {"path": "my/sentiment", "name": "{language}", "split": "train"},
+            "validation": {"path": "my/sentiment", "name": "{language}", "split": "validation"},
+        },
         **overrides,
     }
     folder.mkdir(parents=True, exist_ok=True)
@@ -120,13 +149,21 @@ def user_task(folder: Path, **overrides) -> Path:
 
 
 def sentiment_rows(n: int) -> list[dict]:
-    return [{"text": f"{'good great' if i % 2 else 'bad awful'} thing {i}", "label": "pos" if i % 2 else "neg"}
-            for i in range(n)]
+    return [
+        {"text": f"{'good great' if i % 2 else 'bad awful'} thing {i}", "label": "pos" if i % 2 else "neg"}
+        for i in range(n)
+    ]
 
 
 def sentiment_config(tmp_path: Path, pattern: str):
-    raw = {"data": {"tasks": [{"name": "sentiment"}], "task_dirs": [str(tmp_path / "tasks")],
-                    "sources": {"my/sentiment": pattern}}, "model": {"tiny": {"vocab_size": 100}}}
+    raw = {
+        "data": {
+            "tasks": [{"name": "sentiment"}],
+            "task_dirs": [str(tmp_path / "tasks")],
+            "sources": {"my/sentiment": pattern},
+        },
+        "model": {"tiny": {"vocab_size": 100}},
+    }
     return validate_config(raw, source="test")
 
 
@@ -155,8 +192,10 @@ def test_edited_local_file_is_reloaded(tmp_path):
 @pytest.mark.parametrize(
     "rows, message",
     [
-        ([{"text": "a", "label": "pos"}, {"text": "b", "label": "meh"}],
-         r"row 1: label 'meh' is out of range; valid labels: 0=neg, 1=pos"),
+        (
+            [{"text": "a", "label": "pos"}, {"text": "b", "label": "meh"}],
+            r"row 1: label 'meh' is out of range; valid labels: 0=neg, 1=pos",
+        ),
         ([{"text": "a", "label": 0}, {"text": "b", "label": 5}], r"row 1: label 5 is out of range"),
         ([{"text": "a", "label": "pos"}, {"label": "neg"}], r"row 1: missing value in column 'text'"),
         ([{"txt": "a", "label": "pos"}], r"missing column\(s\) text needed by task 'sentiment'"),
@@ -226,8 +265,9 @@ def test_tiny_tokenizer_offsets_word_ids_and_cache(tmp_path):
 
 
 def test_fixtures_are_what_the_generator_writes():
-    result = subprocess.run([sys.executable, "-m", "mtft.fixtures", "--check"], cwd=REPO, capture_output=True,
-                            text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "mtft.fixtures", "--check"], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -241,8 +281,13 @@ def test_csv_parquet_and_json_files_load_through_the_same_path(tmp_path, suffix)
             frame = pd.DataFrame(sentiment_rows(10))
             path = tmp_path / "data" / f"{lang}-{split}.{suffix}"
             path.parent.mkdir(parents=True, exist_ok=True)
-            {"csv": lambda: frame.to_csv(path, index=False), "parquet": lambda: frame.to_parquet(path),
-             "json": lambda: frame.to_json(path, orient="records")}[suffix]()
-    data = prepare_data(sentiment_config(tmp_path, str(tmp_path / f"data/{{name}}-{{split}}.{suffix}")),
-                        tokenizer_factory)
+            if suffix == "csv":
+                frame.to_csv(path, index=False)
+            elif suffix == "parquet":
+                frame.to_parquet(path)
+            else:
+                frame.to_json(path, orient="records")
+    data = prepare_data(
+        sentiment_config(tmp_path, str(tmp_path / f"data/{{name}}-{{split}}.{suffix}")), tokenizer_factory
+    )
     assert data.tasks["sentiment"].train["en"]["labels"] == [0, 1] * 5

@@ -9,10 +9,11 @@ import torch
 from torch import nn
 from transformers import AutoModel, AutoModelForMaskedLM, XLMRobertaConfig
 
+from mtft.adapters.full import FullDisplacement
 from mtft.adapters.multi_lora import MultiLoraConfig, inject_multi_lora, multi_lora_layers
+from mtft.adapters.multi_lora import MultiLoraDisplacement as LoraDisplacement
 from mtft.config import validate_config
 from mtft.forgetting.corpus import build_eval_set
-from mtft.adapters.displacement import FullDisplacement, LoraDisplacement
 from mtft.forgetting.hessian import LpObjective, lanczos, power_iteration
 from mtft.forgetting.mlm import attach_head, eager_attention, lp_per_language
 from mtft.forgetting.monitor import budget_alpha
@@ -37,17 +38,25 @@ class QuadraticLM(nn.Module):
 
 
 def known_hessian(eigenvalues, seed=0) -> torch.Tensor:
-    q, _ = torch.linalg.qr(torch.randn(len(eigenvalues), len(eigenvalues), generator=torch.Generator().manual_seed(seed),
-                                       dtype=torch.float64))
+    q, _ = torch.linalg.qr(
+        torch.randn(
+            len(eigenvalues), len(eigenvalues), generator=torch.Generator().manual_seed(seed), dtype=torch.float64
+        )
+    )
     return q @ torch.diag(torch.tensor(eigenvalues, dtype=torch.float64)) @ q.T
 
 
 def quadratic_objective(eigenvalues, seed=0):
     n = len(eigenvalues)
-    model = QuadraticLM(known_hessian(eigenvalues, seed), torch.randn(n, dtype=torch.float64,
-                                                                       generator=torch.Generator().manual_seed(1)))
-    batch = {"input_ids": torch.zeros(1, 1, dtype=torch.long), "attention_mask": torch.ones(1, 1, dtype=torch.long),
-             "labels": torch.ones(1, 1, dtype=torch.long)}
+    model = QuadraticLM(
+        known_hessian(eigenvalues, seed),
+        torch.randn(n, dtype=torch.float64, generator=torch.Generator().manual_seed(1)),
+    )
+    batch = {
+        "input_ids": torch.zeros(1, 1, dtype=torch.long),
+        "attention_mask": torch.ones(1, 1, dtype=torch.long),
+        "labels": torch.ones(1, 1, dtype=torch.long),
+    }
     objective = LpObjective(model, ["encoder.theta"], {"q": [batch]}, "cpu")
     point = {"encoder.theta": model.encoder.theta}
     return model, objective, point
@@ -94,7 +103,9 @@ def test_bounds_hold_along_adam_updates_on_a_quadratic():
     displacement_bound = 0.5 * lam * distance[0]
     path_bound = 0.5 * lam * steps * total
     assert 0 < forgetting <= displacement_bound <= path_bound
-    assert distance[0] == pytest.approx(float(((model.encoder.theta.detach() - pretrained["encoder.theta"]) ** 2).sum()))
+    assert distance[0] == pytest.approx(
+        float(((model.encoder.theta.detach() - pretrained["encoder.theta"]) ** 2).sum())
+    )
     second = objective.second_order(pretrained, tracker.delta(0, ["encoder.theta"]))
     assert abs(second["linear"]) < 1e-12  # θ_p is the minimum
     assert second["prediction"] == pytest.approx(forgetting, rel=1e-9)
@@ -103,9 +114,18 @@ def test_bounds_hold_along_adam_updates_on_a_quadratic():
 # ---------------------------------------------------------------------------------------------------------
 def tiny_mlm(tmp_path, dtype=torch.float64):
     tok = tiny_tokenizer(["alpha beta gamma delta", "epsilon zeta eta theta", "iota kappa lambda mu"] * 5, 60, tmp_path)
-    cfg = XLMRobertaConfig(vocab_size=len(tok), hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
-                           intermediate_size=16, max_position_embeddings=34, type_vocab_size=1,
-                           pad_token_id=tok.pad_token_id, hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+    cfg = XLMRobertaConfig(
+        vocab_size=len(tok),
+        hidden_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=16,
+        max_position_embeddings=34,
+        type_vocab_size=1,
+        pad_token_id=tok.pad_token_id,
+        hidden_dropout_prob=0.1,
+        attention_probs_dropout_prob=0.1,
+    )
     torch.manual_seed(0)
     encoder = AutoModel.from_config(cfg, add_pooling_layer=False).to(dtype)
     return attach_head(encoder, AutoModelForMaskedLM.from_config(cfg)), tok
@@ -122,8 +142,11 @@ def masked_batch(tok):
 
 def test_hessian_vector_power_iteration_matches_autograd_hessian_on_a_tiny_model(tmp_path):
     mlm, tok = tiny_mlm(tmp_path)
-    names = ["encoder.embeddings.word_embeddings.weight", "encoder.encoder.layer.0.output.LayerNorm.weight",
-             "head.dense.bias"]  # the embedding is tied to the MLM decoder: both uses count
+    names = [
+        "encoder.embeddings.word_embeddings.weight",
+        "encoder.encoder.layer.0.output.LayerNorm.weight",
+        "head.dense.bias",
+    ]  # the embedding is tied to the MLM decoder: both uses count
     params = dict(mlm.named_parameters())
     objective = LpObjective(mlm, names, {"x": [masked_batch(tok)]}, "cpu")
     point = {n: params[n] for n in names}
@@ -151,8 +174,14 @@ def test_hessian_vector_power_iteration_matches_autograd_hessian_on_a_tiny_model
 
 
 def corpus_config(**corpus):
-    return validate_config({"run": {"stage": "pretrain"}, "data": {"max_length": 32},
-                            "corpus": {"languages": ["en", "de"], "max_eval_examples": 20, **corpus}}, "test")
+    return validate_config(
+        {
+            "run": {"stage": "pretrain"},
+            "data": {"max_length": 32},
+            "corpus": {"languages": ["en", "de"], "max_eval_examples": 20, **corpus},
+        },
+        "test",
+    )
 
 
 def test_lp_is_identical_on_repeated_evaluations_and_leaves_the_rng_alone(tmp_path):
@@ -185,8 +214,13 @@ def test_probe_restores_weights_bit_exactly_and_scales_noise_by_init_std(tmp_pat
 
     def evaluate():
         params = dict(mlm.named_parameters())
-        diff = params["encoder.encoder.layer.0.intermediate.dense.weight"] - before["encoder.encoder.layer.0.intermediate.dense.weight"]
-        seen.append((float(diff.std()), torch.equal(params["head.layer_norm.weight"], before["head.layer_norm.weight"])))
+        diff = (
+            params["encoder.encoder.layer.0.intermediate.dense.weight"]
+            - before["encoder.encoder.layer.0.intermediate.dense.weight"]
+        )
+        seen.append(
+            (float(diff.std()), torch.equal(params["head.layer_norm.weight"], before["head.layer_norm.weight"]))
+        )
         return {"x": float(sum(p.double().sum() for p in params.values()))}
 
     result = gaussian_probe(mlm, stds, evaluate, [0.5, 2.0], 3, "m")
@@ -217,7 +251,9 @@ def test_lora_distance_without_a_copy_of_the_base_model(tmp_path):
     tracker = LoraDisplacement(encoder, ["a", "b", "c"])
     _, distance = tracker.measure()
     for task in range(3):
-        explicit = sum(float(((layer.scaling * layer.lora_B.weight[task] @ layer.lora_A) ** 2).sum()) for layer in layers)
+        explicit = sum(
+            float(((layer.scaling * layer.lora_B.weight[task] @ layer.lora_A) ** 2).sum()) for layer in layers
+        )
         assert distance[task] == pytest.approx(explicit, rel=1e-10)
     old = [layer.lora_B.weight.detach().clone() for layer in layers]
     with torch.no_grad():
@@ -225,8 +261,13 @@ def test_lora_distance_without_a_copy_of_the_base_model(tmp_path):
             layer.lora_B.weight[1] += 0.1
     update, _ = tracker.measure()
     assert update[0] == 0 and update[2] == 0
-    assert update[1] == pytest.approx(sum(float(((layer.scaling * (layer.lora_B.weight[1] - o[1]) @ layer.lora_A) ** 2).sum())
-                                          for layer, o in zip(layers, old)), rel=1e-10)
+    assert update[1] == pytest.approx(
+        sum(
+            float(((layer.scaling * (layer.lora_B.weight[1] - o[1]) @ layer.lora_A) ** 2).sum())
+            for layer, o in zip(layers, old)
+        ),
+        rel=1e-10,
+    )
     names, _ = tracker.hessian_subset()
     deltas = tracker.delta(2, names)
     assert torch.allclose(deltas[0], layers[0].scaling * layers[0].lora_B.weight[2] @ layers[0].lora_A)
@@ -240,7 +281,9 @@ def test_regularization_adds_the_gradient_of_lambda_times_squared_distance(tmp_p
         params = [layer.lora_B.weight for layer in layers]
 
         def distance():
-            return sum(((l.scaling * torch.einsum("kor,ri->koi", l.lora_B.weight, l.lora_A)) ** 2).sum() for l in layers)
+            return sum(
+                ((m.scaling * torch.einsum("kor,ri->koi", m.lora_B.weight, m.lora_A)) ** 2).sum() for m in layers
+            )
     else:
         mlm, _ = tiny_mlm(tmp_path)
         tracker = FullDisplacement(mlm.encoder)
@@ -251,6 +294,7 @@ def test_regularization_adds_the_gradient_of_lambda_times_squared_distance(tmp_p
 
         def distance():
             return sum(((p - a) ** 2).sum() for p, a in zip(tracker.params, tracker.theta_p))
+
     expected = torch.autograd.grad(0.7 * distance(), params)
     handles = tracker.regularize(0.7, accumulation=2)
     dummy = sum((p * 0).sum() for p in params)  # a zero loss: the gradient is the hook's alone, per micro-batch

@@ -14,8 +14,16 @@ from mtft.training.step import LossWeightedStep
 from mtft.weighting import MeanWeighting, Weighting
 from tests.unit.models.test_model import tiny_model
 
-TEXTS = ["alpha beta", "gamma delta epsilon zeta eta theta", "zeta", "eta theta alpha", "beta",
-         "delta delta alpha beta gamma", "theta", "alpha alpha"]
+TEXTS = [
+    "alpha beta",
+    "gamma delta epsilon zeta eta theta",
+    "zeta",
+    "eta theta alpha",
+    "beta",
+    "delta delta alpha beta gamma",
+    "theta",
+    "alpha alpha",
+]
 
 
 class FakeEngine:
@@ -49,8 +57,13 @@ class FixedGramWeighting(Weighting):
 
 def make_batch(tok, objectives, heads, labels, texts=TEXTS):
     enc = tok(texts[: len(objectives)], padding=True, truncation=True, max_length=16, return_tensors="pt")
-    return dict(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], labels=torch.tensor(labels),
-                head_index=torch.tensor(heads), objective_index=torch.tensor(objectives))
+    return dict(
+        input_ids=enc["input_ids"],
+        attention_mask=enc["attention_mask"],
+        labels=torch.tensor(labels),
+        head_index=torch.tensor(heads),
+        objective_index=torch.tensor(objectives),
+    )
 
 
 MIXED = dict(objectives=[2, 0, 1, 1, 0, 2, 1, 0], heads=[0, 1, 0, 0, 1, 0, 0, 1], labels=[1, 2, 0, 1, 0, 1, 1, 2])
@@ -173,8 +186,13 @@ def test_consecutive_steps_start_from_clean_buffers(tmp_path):
     model, tok = tiny_model(tmp_path)
     model = model.double()
     first = make_batch(tok, **MIXED)
-    second = make_batch(tok, objectives=[1, 1, 0, 0], heads=[0, 0, 1, 1], labels=[0, 1, 2, 0],
-                        texts=["theta zeta", "eta", "gamma gamma gamma", "delta epsilon"])
+    second = make_batch(
+        tok,
+        objectives=[1, 1, 0, 0],
+        heads=[0, 0, 1, 1],
+        labels=[0, 1, 2, 0],
+        texts=["theta zeta", "eta", "gamma gamma gamma", "delta epsilon"],
+    )
     weighting = FixedGramWeighting()
     params = [p for p in model.parameters() if p.requires_grad]
     step = GramWeightedStep(FakeEngine(model), weighting, 3, 1, shared=params)
@@ -195,8 +213,13 @@ def test_buffers_in_another_dtype_than_the_activations(tmp_path):
     params = [p for p in model.parameters() if p.requires_grad]
     collector = PerObjectiveGradients(model, 3, dtype=torch.float32).attach()
     detached = {n: p.detach() for n, p in model.named_parameters()}
-    second = make_batch(tok, objectives=[1, 1, 0, 0], heads=[0, 0, 1, 1], labels=[0, 1, 2, 0],
-                        texts=["theta zeta", "eta", "gamma gamma gamma", "delta epsilon"])
+    second = make_batch(
+        tok,
+        objectives=[1, 1, 0, 0],
+        heads=[0, 0, 1, 1],
+        labels=[0, 1, 2, 0],
+        texts=["theta zeta", "eta", "gamma gamma gamma", "delta epsilon"],
+    )
     for batch in (make_batch(tok, **MIXED), second):
         collector.zero()
         with collector.capturing():

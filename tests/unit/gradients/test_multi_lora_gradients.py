@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+from mtft.adapters import build_method
 from mtft.adapters.multi_lora import MultiLoraConfig, inject_multi_lora, multi_lora_layers
+from mtft.config.schema import AdapterSection
 from mtft.data.pipeline import Objective
 from mtft.gradients import PerObjectiveGradients, reference_objective_gradients
 from mtft.training.gram_step import GramWeightedStep
@@ -23,8 +25,13 @@ SPANNING = dict(objectives=[0, 0, 1, 1, 0, 2, 1, 0], heads=[0, 1, 0, 0, 1, 0, 0,
 
 def adapted(tmp_path, route_by="task", slots=2):
     model, tok = tiny_model(tmp_path)
-    inject_multi_lora(model.encoder, MultiLoraConfig(r=4, target_modules=["query", "value", "output.dense"]),
-                      slots, seed=3, route_by=route_by)
+    inject_multi_lora(
+        model.encoder,
+        MultiLoraConfig(r=4, target_modules=["query", "value", "output.dense"]),
+        slots,
+        seed=3,
+        route_by=route_by,
+    )
     for layer in multi_lora_layers(model):  # B = 0 at init would hide errors in the routed products
         torch.nn.init.normal_(layer.lora_B.weight, std=0.2)
     return model.double(), tok
@@ -56,21 +63,26 @@ def test_gram_of_the_b_weights_is_block_diagonal_across_tasks(tmp_path):
 
 
 def fake_data(objective_names, units, unit_objective, tasks):
-    return SimpleNamespace(objective_names=objective_names, train_units=[Objective(*u) for u in units],
-                           unit_objective=unit_objective, tasks=dict.fromkeys(tasks))
+    return SimpleNamespace(
+        objective_names=objective_names,
+        train_units=[Objective(*u) for u in units],
+        unit_objective=unit_objective,
+        tasks=dict.fromkeys(tasks),
+    )
 
 
 def test_auto_shares_the_b_of_a_task_with_several_objectives_only(tmp_path):
     model, _ = adapted(tmp_path)  # heads a (2 labels) and b
     data = fake_data(["a/en", "a/de", "b/en"], [("a", "en"), ("a", "de"), ("b", "en")], [0, 1, 2], ["a", "b"])
-    shared, rows = shared_parameters(model, data, "auto")
+    shared, rows = shared_parameters(model, data, "auto", build_method(AdapterSection(method="multi_lora")))
     b_weights = {layer.lora_B.weight for layer in multi_lora_layers(model)}
     assert b_weights <= set(shared) and all(rows[w].tolist() == [0] for w in b_weights)
     head_a = set(model.heads["a"].parameters())
     assert head_a <= set(shared) and not set(model.heads["b"].parameters()) & set(shared)
     per_task = fake_data(["a", "b"], [("a", "en"), ("a", "de"), ("b", "en")], [0, 0, 1], ["a", "b"])
-    assert shared_parameters(model, per_task, "auto") == ([], {})  # every B and head private: nothing to balance
-    everything, rows = shared_parameters(model, per_task, "all")
+    # every B and head private: nothing to balance
+    assert shared_parameters(model, per_task, "auto", build_method(AdapterSection(method="multi_lora"))) == ([], {})
+    everything, rows = shared_parameters(model, per_task, "all", build_method(AdapterSection(method="multi_lora")))
     assert b_weights <= set(everything) and rows == {}
 
 
@@ -82,8 +94,14 @@ def test_lfmlf_step_with_multi_lora_updates_only_the_b_slots_of_present_tasks(tm
     batch["labels"] = torch.tensor([1, 0, 0, 1])
     before = [layer.lora_B.weight.detach().clone() for layer in multi_lora_layers(model)]
     b_weights = [layer.lora_B.weight for layer in multi_lora_layers(model)]
-    step = GramWeightedStep(FakeEngine(model), FixedGramWeighting([0.25, 0.75]), 3, 1, shared=b_weights,
-                            shared_rows={w: torch.tensor([0]) for w in b_weights})
+    step = GramWeightedStep(
+        FakeEngine(model),
+        FixedGramWeighting([0.25, 0.75]),
+        3,
+        1,
+        shared=b_weights,
+        shared_rows={w: torch.tensor([0]) for w in b_weights},
+    )
     step([batch])
     for weight in b_weights:  # task 1 is absent: its B gets an exactly zero gradient
         assert torch.count_nonzero(weight.grad[1]) == 0 and torch.count_nonzero(weight.grad[0]) > 0

@@ -14,7 +14,8 @@ from sklearn.metrics import f1_score, matthews_corrcoef
 
 from mtft.metrics import common as M
 from mtft.metrics.seqeval_metrics import entity_f1
-from mtft.metrics.squad import exact_match, f1 as squad_f1, normalize_answer, squad_scores
+from mtft.metrics.squad import exact_match, normalize_answer, squad_scores
+from mtft.metrics.squad import f1 as squad_f1
 from mtft.metrics.superglue import cb_scores, multirc_scores, record_scores
 
 approx = pytest.approx

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mtft.models.choice_head import CandidateScoringHead, MultipleChoiceHead, choice_layout
 from mtft.core.labels import IGNORE_INDEX
-from mtft.models.heads import build_head
+from mtft.models.choice_head import CandidateScoringHead, MultipleChoiceHead, choice_layout
 from mtft.models.regression_head import RegressionHead
+from mtft.tasks.kinds import build_head
 
 HIDDEN = 8
 
@@ -85,9 +85,11 @@ def test_multiple_choice_refuses_a_label_beyond_the_choices():
 def test_heads_run_on_zero_rows():
     empty = torch.zeros(0, 5, HIDDEN)
     labels = torch.zeros(0, 1, dtype=torch.float64)
-    for head, context in ((RegressionHead(HIDDEN, [], 0.0), {}),
-                          (MultipleChoiceHead(HIDDEN, ["a", "b"], 0.0), {"group_index": torch.zeros(0, dtype=torch.long)}),
-                          (CandidateScoringHead(HIDDEN, [], 0.0), {})):
+    for head, context in (
+        (RegressionHead(HIDDEN, [], 0.0), {}),
+        (MultipleChoiceHead(HIDDEN, ["a", "b"], 0.0), {"group_index": torch.zeros(0, dtype=torch.long)}),
+        (CandidateScoringHead(HIDDEN, [], 0.0), {}),
+    ):
         out = head(empty, labels, **context)
         assert out.loss_sum.shape == (0,) and out.loss_count.shape == (0,)
         out.loss_sum.sum().backward()  # the parameters take part (ZeRO needs every rank to touch them)

@@ -78,8 +78,13 @@ def _zero_in_hull(rng: np.random.Generator) -> np.ndarray:
 
 
 FAMILIES: dict[str, Callable[[np.random.Generator], np.ndarray]] = {
-    "random": _random, "duplicates": _duplicates, "collinear": _collinear, "opposite": _opposite,
-    "zeros": _zeros, "rank_deficient": _rank_deficient, "ill_conditioned": _ill_conditioned,
+    "random": _random,
+    "duplicates": _duplicates,
+    "collinear": _collinear,
+    "opposite": _opposite,
+    "zeros": _zeros,
+    "rank_deficient": _rank_deficient,
+    "ill_conditioned": _ill_conditioned,
     "zero_in_hull": _zero_in_hull,
 }
 COUNTS = {"random": 400}  # 400 random + 8 degenerate families × 90 = 1120 problems

@@ -6,9 +6,19 @@ from mtft.reporting.report import _weighting_section
 
 
 def weighting_events(weights: list[tuple[float, float]]) -> list[dict]:
-    return [{"kind": "weighting", "step": 10 * (i + 1), "weight/xnli/en": a, "weight/xnli/ar": b,
-             "d_norm_sq": 1e-3, "stationarity": 1e-4, "fw_gap": 0.0, "seconds": 1e-4}
-            for i, (a, b) in enumerate(weights)]
+    return [
+        {
+            "kind": "weighting",
+            "step": 10 * (i + 1),
+            "weight/xnli/en": a,
+            "weight/xnli/ar": b,
+            "d_norm_sq": 1e-3,
+            "stationarity": 1e-4,
+            "fw_gap": 0.0,
+            "seconds": 1e-4,
+        }
+        for i, (a, b) in enumerate(weights)
+    ]
 
 
 def test_report_says_when_one_objective_took_all_the_weight():

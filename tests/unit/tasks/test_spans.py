@@ -28,10 +28,10 @@ def test_overlapping_spans_are_refused():
 def test_word_spans_follow_whitespace_words_and_compare_loosely():
     text = "Mark told Pete many lies about himself, which Pete included in his book."
     span, matches = word_span(text, 0, "Mark")
-    assert (text[span.start:span.end], matches) == ("Mark", True)
+    assert (text[span.start : span.end], matches) == ("Mark", True)
     span, matches = word_span(text, 4, "lies about himself")  # three words from index 4
-    assert (text[span.start:span.end], matches) == ("lies about himself,", True)  # edge punctuation ignored
+    assert (text[span.start : span.end], matches) == ("lies about himself,", True)  # edge punctuation ignored
     span, matches = word_span(text, 11, "He")  # "his": the text at the index differs -> reported
-    assert (text[span.start:span.end], matches) == ("his", False)
+    assert (text[span.start : span.end], matches) == ("his", False)
     with pytest.raises(ValueError, match="outside the text"):
         word_span(text, 40, "x")

@@ -13,18 +13,20 @@ from pathlib import Path
 import datasets
 import pytest
 
-from mtft.data.pipeline import load_task_split
 from mtft.core.errors import ConfigError, DataError
+from mtft.core.labels import IGNORE_INDEX
+from mtft.data.pipeline import load_task_split
 from mtft.fixtures import tydiqa as tydiqa_fixture
 from mtft.fixtures import wikiann as wikiann_fixture
-from mtft.core.labels import IGNORE_INDEX
 from mtft.models.tokenizer import tiny_tokenizer
 from mtft.tasks import discover_tasks
 from mtft.tasks.extractive_qa import NOT_CONTEXT, answer_span, best_spans
 from tests.conftest import REPO
 
-SOURCES = {"unimelb-nlp/wikiann": str(REPO / "tasks/wikiann/fixtures/wikiann"),
-           "google-research-datasets/tydiqa": str(REPO / "tasks/tydiqa/fixtures/tydiqa")}
+SOURCES = {
+    "unimelb-nlp/wikiann": str(REPO / "tasks/wikiann/fixtures/wikiann"),
+    "google-research-datasets/tydiqa": str(REPO / "tasks/tydiqa/fixtures/tydiqa"),
+}
 TASKS = discover_tasks()
 
 
@@ -42,8 +44,9 @@ def tokenizer():
 
 
 def encode(task, dataset, tokenizer, max_length, label_names=()):
-    return datasets.Dataset.from_dict(task.encode_rows(
-        dataset[:], list(range(len(dataset))), tokenizer, max_length, list(label_names), "test"))
+    return datasets.Dataset.from_dict(
+        task.encode_rows(dataset[:], list(range(len(dataset))), tokenizer, max_length, list(label_names), "test")
+    )
 
 
 # ----- WikiANN --------------------------------------------------------------------------------------------------
@@ -143,13 +146,14 @@ def test_qa_windows_labels_reproduce_the_answer_text(tokenizer):
     contexts = dict(zip(raw["id"], raw["context"]))
     answers = dict(zip(raw["id"], (a["text"][0] for a in raw["answers"])))
     windows_with_answer = set()
-    for key, (start, end), offsets, ids in zip(encoded["id"], encoded["labels"], encoded["offset_mapping"],
-                                                encoded["input_ids"]):
+    for key, (start, end), offsets, ids in zip(
+        encoded["id"], encoded["labels"], encoded["offset_mapping"], encoded["input_ids"]
+    ):
         assert len(ids) <= 40 and len(offsets) == len(ids)
         if (start, end) == (0, 0):
             continue  # this window does not hold the whole answer: CLS
         windows_with_answer.add(key)
-        assert contexts[key][offsets[start][0]:offsets[end][1]].strip() == answers[key]
+        assert contexts[key][offsets[start][0] : offsets[end][1]].strip() == answers[key]
     assert windows_with_answer == set(raw["id"])
     # consecutive windows of one example overlap by doc_stride tokens of context
     first = [i for i, k in enumerate(encoded["id"]) if k == encoded["id"][0]]
@@ -173,8 +177,10 @@ def test_qa_postprocess_maps_the_best_span_back_to_context_text(tokenizer):
     references = task.references(raw, [], "test")
     assert list(predictions) == list(references)
     assert all(predictions[k] == references[k][0] for k in references)
-    assert task.compute_metrics([predictions[k] for k in references], list(references.values())) == \
-        {"exact_match": 1.0, "f1": 1.0}
+    assert task.compute_metrics([predictions[k] for k in references], list(references.values())) == {
+        "exact_match": 1.0,
+        "f1": 1.0,
+    }
 
 
 def test_n_best_spans_respect_context_order_and_max_answer_length():
@@ -224,8 +230,11 @@ def test_mismatched_answer_offsets_are_counted_and_dropped_or_fatal(tmp_path, ca
     reported = re.findall(r"(\d+) \(id (english-[\d-]+)\)", caplog.text)
     assert len(reported) == 2 and all(json.loads(file_rows[int(n)])["id"] == i for n, i in reported)
     strict = task.configured({"offset_mismatch": "fail"}, "test")
-    with pytest.raises(DataError, match=r"split validation from .*tydiqa, language en: task 'tydiqa': 2 of 30 "
-                                        rf"row\(s\).*; row {reported[0][0]}: answer '.*' at \d+ reads '.*' in the context"):
+    with pytest.raises(
+        DataError,
+        match=r"split validation from .*tydiqa, language en: task 'tydiqa': 2 of 30 "
+        rf"row\(s\).*; row {reported[0][0]}: answer '.*' at \d+ reads '.*' in the context",
+    ):
         load(strict, "validation", "en", sources)
 
     def break_all(rows):
@@ -233,19 +242,37 @@ def test_mismatched_answer_offsets_are_counted_and_dropped_or_fatal(tmp_path, ca
             row["answers"]["answer_start"] = [s + 1 for s in row["answers"]["answer_start"]]
 
     with pytest.raises(DataError, match="30 of 30 row"):
-        load(task, "validation", "en", {"google-research-datasets/tydiqa": str(write_tydiqa_copy(tmp_path / "b", break_all))})
+        load(
+            task,
+            "validation",
+            "en",
+            {"google-research-datasets/tydiqa": str(write_tydiqa_copy(tmp_path / "b", break_all))},
+        )
 
 
 def test_task_settings_and_metrics_are_checked():
     task = TASKS["tydiqa"]
-    with pytest.raises(ConfigError, match=r"settings.stride: Extra inputs are not permitted.*valid settings: doc_stride"):
+    with pytest.raises(
+        ConfigError, match=r"settings.stride: Extra inputs are not permitted.*valid settings: doc_stride"
+    ):
         task.configured({"stride": 3}, "data.tasks (tydiqa)")
     with pytest.raises(ConfigError, match=r"settings.max_answer_length: Input should be greater than or equal to 1"):
         task.configured({"max_answer_length": 0}, "x")
     wide = task.configured({"doc_stride": 100}, "x")
     with pytest.raises(ConfigError, match=r"doc_stride=100 must be below max_length \(64\)"):
-        wide.encode_rows({"question": ["q"], "context": ["c"], "answers": [{"text": ["c"], "answer_start": [0]}],
-                          "id": ["english-1-0"]}, [0], _any_tokenizer(), 64, [], "x")
+        wide.encode_rows(
+            {
+                "question": ["q"],
+                "context": ["c"],
+                "answers": [{"text": ["c"], "answer_start": [0]}],
+                "id": ["english-1-0"],
+            },
+            [0],
+            _any_tokenizer(),
+            64,
+            [],
+            "x",
+        )
 
 
 def _any_tokenizer():
@@ -255,17 +282,36 @@ def _any_tokenizer():
 def test_task_file_metric_must_fit_its_kind(tmp_path):
     folder = tmp_path / "tasks"
     folder.mkdir()
-    (folder / "ner.yaml").write_text(json.dumps({
-        "task": "ner", "head": "token_classification", "languages": ["en"], "text_columns": ["tokens"],
-        "label_column": "tags", "metrics": ["accuracy"], "data": {"train": {"path": "x", "split": "train"}}}))
-    with pytest.raises(ConfigError, match=r"ner.yaml: metrics \['accuracy'\]: accuracy not computed by a "
-                                          r"token_classification task; valid: f1, precision, recall"):
+    (folder / "ner.yaml").write_text(
+        json.dumps(
+            {
+                "task": "ner",
+                "head": "token_classification",
+                "languages": ["en"],
+                "text_columns": ["tokens"],
+                "label_column": "tags",
+                "metrics": ["accuracy"],
+                "data": {"train": {"path": "x", "split": "train"}},
+            }
+        )
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"ner.yaml: metrics \['accuracy'\]: accuracy not computed by a "
+        r"token_classification task; valid: f1, precision, recall",
+    ):
         discover_tasks([folder])
-    (folder / "ner.yaml").write_text(json.dumps({"task": "ner", "head": "parsing", "languages": ["en"],
-                                                 "data": {"train": {"path": "x", "split": "train"}}}))
-    with pytest.raises(ConfigError, match=r"unknown head 'parsing'; valid heads: candidate_scoring, "
-                                          r"multiple_choice, question_answering, regression, "
-                                          r"sequence_classification, token_classification"):
+    (folder / "ner.yaml").write_text(
+        json.dumps(
+            {"task": "ner", "head": "parsing", "languages": ["en"], "data": {"train": {"path": "x", "split": "train"}}}
+        )
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"unknown head 'parsing'; valid heads: candidate_scoring, "
+        r"multiple_choice, question_answering, regression, "
+        r"sequence_classification, token_classification",
+    ):
         discover_tasks([folder])
 
 
@@ -293,8 +339,17 @@ def test_duplicate_example_ids_stop_a_run_before_training(tmp_path):
         rows[5]["id"] = rows[2]["id"]
 
     folder = write_tydiqa_copy(tmp_path, duplicate)
-    config = validate_config({"data": {"tasks": [{"name": "tydiqa", "languages": ["en"]}],
-                                       "sources": {"google-research-datasets/tydiqa": str(folder)}},
-                              "model": {"tiny": {"vocab_size": 300}}}, source="test")
-    with pytest.raises(DataError, match=r"split validation from .*, language en: row 5: duplicate example id 'english-"):
+    config = validate_config(
+        {
+            "data": {
+                "tasks": [{"name": "tydiqa", "languages": ["en"]}],
+                "sources": {"google-research-datasets/tydiqa": str(folder)},
+            },
+            "model": {"tiny": {"vocab_size": 300}},
+        },
+        source="test",
+    )
+    with pytest.raises(
+        DataError, match=r"split validation from .*, language en: row 5: duplicate example id 'english-"
+    ):
         prepare_data(config, lambda texts: _any_tokenizer())

@@ -1,4 +1,5 @@
-"""Plain LoRA through PEFT, one adapter (A_i, B_i) per task -- the baseline Multi-LoRA is compared with.
+"""Plain LoRA (Hu et al., 2021) through PEFT, one adapter (A_i, B_i) per task: the baseline Multi-LoRA is
+compared with.
 
 PEFT keeps every task's adapter in its LoRA layers; a mixed batch is routed by handing each layer PEFT's own
 ``adapter_names`` argument (one adapter name per row), which makes the layer run each adapter on the sub-batch
@@ -13,7 +14,6 @@ import warnings
 from typing import Sequence
 
 import peft
-import torch
 from peft.tuners.lora import LoraLayer
 from torch import nn
 

@@ -1,0 +1,26 @@
+"""``model.adapter.method: full``."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from torch import nn
+
+from mtft.adapters.base import AdapterMethod, register_method
+from mtft.adapters.full.displacement import FullDisplacement
+
+
+@register_method
+class FullFineTuning(AdapterMethod):
+    """Every encoder weight trains: the encoder is left as built (trainable), no routing, one model to monitor."""
+
+    name = "full"
+    monitors_off = None
+
+    def inject(self, encoder: nn.Module, task_names: list[str], objective_names: list[str], seed: int) -> None:
+        pass
+
+    def tracker(
+        self, encoder: nn.Module, task_names: Sequence[str], objective_names: Sequence[str]
+    ) -> FullDisplacement:
+        return FullDisplacement(encoder)

@@ -1,0 +1,136 @@
+"""Folders that are either complete or invisible: the one way mtft writes a checkpoint, a run directory's set-up,
+a pre-trained backbone, the best weights or an export.
+
+A folder ``X`` is assembled as ``X.partial/``; when every file is in it, a ``COMPLETE`` marker is written (a JSON
+object saying what the folder is), the files and the marker are flushed to disk (``fsync``), and the folder is
+renamed to ``X`` in one ``rename``. A crash at any point leaves at most ``X.partial`` (ignored by readers, replaced
+by the next writer). Replacing an existing ``X`` goes through ``X.previous``: ``X`` → ``X.previous``, ``X.partial``
+→ ``X``, then ``X.previous`` is removed, so a crash between the two renames leaves a complete ``X.previous``
+that :func:`recover` puts back. After :meth:`AtomicFolder.commit` returns, the folder survives a power loss
+(the parent directory's entry is flushed too).
+
+Several processes may write into the same ``X.partial`` (each rank its own files); one of them begins and
+commits, the others wait at barriers around it (see :mod:`mtft.training.checkpoint`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+MARKER = "COMPLETE"
+
+
+def is_complete(folder: Path) -> bool:
+    """Whether ``folder`` was written completely by :class:`AtomicFolder`."""
+    return (Path(folder) / MARKER).is_file()
+
+
+def marker(folder: Path) -> dict[str, Any]:
+    """The contents of ``folder``'s completeness marker ({} for a marker of an older plain-text form)."""
+    try:
+        value = json.loads((Path(folder) / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def recover(final: Path) -> None:
+    """Undo an interrupted replacement: a complete ``final.previous`` without ``final`` becomes ``final`` again."""
+    final = Path(final)
+    previous = _sibling(final, "previous")
+    if not final.exists() and is_complete(previous):
+        os.replace(previous, final)
+
+
+class AtomicFolder:
+    """Write ``final`` completely or not at all: :meth:`begin`, write into the returned folder, :meth:`commit`."""
+
+    def __init__(self, final: Path):
+        self.final = Path(final)
+        self.partial = _sibling(self.final, "partial")
+
+    def begin(self) -> Path:
+        """A fresh, empty ``final.partial`` (a leftover of an interrupted attempt is removed)."""
+        shutil.rmtree(self.partial, ignore_errors=True)
+        self.partial.mkdir(parents=True)
+        return self.partial
+
+    def commit(self, **description: Any) -> Path:
+        """Mark the partial folder complete (``description`` goes into the marker), flush it, and rename it to
+        ``final``, replacing a previous ``final``."""
+        _write_synced(self.partial / MARKER, json.dumps(description, sort_keys=True) + "\n")
+        _sync_tree(self.partial)
+        recover(self.final)
+        previous = _sibling(self.final, "previous")
+        if self.final.exists():
+            shutil.rmtree(previous, ignore_errors=True)
+            os.replace(self.final, previous)
+        os.replace(self.partial, self.final)
+        _sync_dir(self.final.parent)
+        shutil.rmtree(previous, ignore_errors=True)
+        return self.final
+
+    def abort(self) -> None:
+        shutil.rmtree(self.partial, ignore_errors=True)
+
+    @contextlib.contextmanager
+    def writing(self, **description: Any) -> Iterator[Path]:
+        """One process: ``with AtomicFolder(x).writing(kind="best") as folder: ...`` commits on success and
+        removes the partial folder on an exception."""
+        folder = self.begin()
+        try:
+            yield folder
+        except BaseException:
+            self.abort()
+            raise
+        self.commit(**description)
+
+
+def write_json(path: Path, data: Any) -> None:
+    """A JSON file replaced in one rename (readers never see half of it), flushed before the rename."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    _write_synced(tmp, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    os.replace(tmp, path)
+
+
+def _sibling(path: Path, suffix: str) -> Path:
+    return path.with_name(f"{path.name}.{suffix}")
+
+
+def _write_synced(path: Path, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _sync_tree(root: Path) -> None:
+    """fsync every file and folder under ``root`` (files other writers, e.g. safetensors or DeepSpeed, closed)."""
+    for folder, _, files in os.walk(root):
+        for name in files:
+            _sync_file(Path(folder) / name)
+        _sync_dir(Path(folder))
+
+
+def _sync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sync_dir(path: Optional[Path]) -> None:
+    if path is None or os.name == "nt":  # directories cannot be opened for fsync on Windows
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

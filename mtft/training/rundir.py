@@ -1,0 +1,26 @@
+"""The run directory's life: created complete (resolved config, a completeness marker saying it is an mtft run,
+and whatever else the stage needs at its start) or not at all, by rank 0, after every input has been checked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Optional
+
+from mtft.config.load import config_to_yaml
+from mtft.config.schema import RunConfig
+from mtft.core.atomic import AtomicFolder
+from mtft.reporting.logs import add_file_log
+
+
+def create_run_dir(config: RunConfig, write: Optional[Callable[[Path], None]] = None) -> Path:
+    """Write ``config.yaml`` (and ``write(folder)``'s files) into a new run directory in one rename; with
+    ``run.overwrite`` it replaces the previous run's directory the same way. A resumed run keeps its directory
+    untouched. Then the text log is attached to ``train.log`` in it. Call on rank 0 only."""
+    run_dir = Path(config.run.output_dir)
+    if not (config.run.resume and run_dir.exists()):
+        with AtomicFolder(run_dir).writing(kind="run", name=config.run.name, stage=config.run.stage) as folder:
+            (folder / "config.yaml").write_text(config_to_yaml(config), encoding="utf-8")
+            if write is not None:
+                write(folder)
+    add_file_log(run_dir)
+    return run_dir

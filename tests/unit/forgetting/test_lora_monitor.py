@@ -1,0 +1,157 @@
+"""The forgetting monitors of a PEFT LoRA run (``model.adapter.method: lora``): every task's adapter is its own
+model θ_i = W0 + s·B_i·A_i, measured through its own adapter -- not, as the full-fine-tuning tracker would, every
+row through the first task's."""
+
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+
+import peft
+import pytest
+import torch
+
+from mtft.adapters.lora import inject_lora, lora_layers
+from mtft.config import validate_config
+from mtft.forgetting.corpus import build_eval_set
+from mtft.forgetting.mlm import attach_head, lp_per_language
+from mtft.forgetting.monitor import ForgettingMonitor, ForgettingSetup
+from tests.unit.models.test_model import tiny_model
+
+TASKS = ["a", "b"]
+TARGETS = ["query", "value"]
+
+
+class Log:
+    def __init__(self):
+        self.events = []
+
+    def log(self, step, kind, values):
+        self.events.append((step, kind, values))
+
+
+def lora_run(tmp_path):
+    """A tiny encoder with one PEFT LoRA adapter per task (B's moved off zero, differently per task), its plain
+    copy, and the monitor of a run configured with ``lora`` and the forgetting monitors on."""
+    model, tok = tiny_model(tmp_path, num_objectives=2)
+    plain = copy.deepcopy(model.encoder)
+    torch.manual_seed(0)
+    inject_lora(model.encoder, peft.LoraConfig(r=4, lora_alpha=8, target_modules=TARGETS), TASKS)
+    config = validate_config(
+        {
+            "model": {"adapter": {"method": "lora", "r": 4, "alpha": 8.0, "target_modules": TARGETS}},
+            "data": {"tasks": [{"name": "xnli"}], "max_length": 16, "cache_dir": str(tmp_path / "cache")},
+            "weighting": {"method": "mean"},
+            "corpus": {"languages": ["en", "de"], "max_eval_examples": 8},
+            "forgetting": {
+                "enabled": True,
+                "batch_size": 8,
+                "hessian_examples": 4,
+                "prediction_examples": 4,
+                "eigen_iterations": 10,
+            },
+        },
+        "test",
+    )
+    setup = ForgettingSetup(build_eval_set(config, tok, ["en", "de"], 16), config)
+    engine = SimpleNamespace(module=model, device=torch.device("cpu"), gradient_accumulation_steps=lambda: 1)
+    data = SimpleNamespace(tasks=dict.fromkeys(TASKS), head_tasks=lambda: list(TASKS), objective_names=["a/en", "b/en"])
+    monitor = ForgettingMonitor(setup, config, engine, data, True, tmp_path)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for layer in lora_layers(model.encoder):
+            for task, scale in zip(TASKS, (0.5, 2.0)):
+                b = layer.lora_B[task].weight
+                b.copy_(scale * torch.randn(b.shape, generator=generator))
+    return model, plain, monitor
+
+
+def task_model(encoder, plain, task):
+    """``plain`` with task's adapter merged into its weights: W0 + s·B·A, no routing involved."""
+    merged = copy.deepcopy(plain)
+    with torch.no_grad():
+        for name, module in encoder.named_modules():
+            if isinstance(module, peft.tuners.lora.LoraLayer):
+                update = module.scaling[task] * module.lora_B[task].weight @ module.lora_A[task].weight
+                merged.get_submodule(name).weight += update
+    return merged
+
+
+def test_lora_monitor_measures_every_task_through_its_own_adapter(tmp_path):
+    model, plain, monitor = lora_run(tmp_path)
+    assert monitor.groups == TASKS
+    update, distance = monitor.tracker.measure()
+    for g, task in enumerate(TASKS):
+        merged = task_model(model.encoder, plain, task)
+        explicit = sum(
+            float(
+                (merged.get_parameter(f"{name}.weight") - plain.get_parameter(f"{name}.weight"))
+                .detach()
+                .double()
+                .pow(2)
+                .sum()
+            )
+            for name, _ in plain.named_modules()
+            if name.endswith(tuple(TARGETS))
+        )
+        assert distance[g] == pytest.approx(explicit, rel=1e-6) and update[g] == pytest.approx(explicit, rel=1e-6)
+        lp = monitor._lp_group(g)
+        expected = lp_per_language(attach_head(merged, monitor.mlm_model), monitor.eval_set, 8, "cpu")
+        assert lp == pytest.approx(expected, rel=1e-5)
+    assert monitor._lp_group(0) != pytest.approx(monitor._lp_group(1), rel=1e-3)
+
+
+def test_lora_monitor_reports_forgetting_and_bounds_per_task(tmp_path):
+    model, plain, monitor = lora_run(tmp_path)
+    log = Log()
+    with torch.no_grad():  # θ_p is the plain encoder: measured at B = 0
+        before = {n: p.clone() for n, p in model.encoder.named_parameters()}
+    monitor.start(0, log)
+    assert all(torch.equal(p, before[n]) for n, p in model.encoder.named_parameters())  # θ_p put back exactly
+    pretrained = lp_per_language(attach_head(plain, monitor.mlm_model), monitor.eval_set, 8, "cpu")
+    assert monitor.lp_pretrained == pytest.approx(pretrained, rel=1e-5)
+    monitor.evaluate(1)
+    [(_, _, values)] = [e for e in log.events if e[1] == "forgetting"]
+    for task in TASKS:
+        assert {f"F_p/{task}", f"F_p/{task}/en", f"bound_displacement/{task}", f"prediction/{task}"} <= set(values)
+        merged = lp_per_language(
+            attach_head(task_model(model.encoder, plain, task), monitor.mlm_model), monitor.eval_set, 8, "cpu"
+        )
+        assert values[f"F_p/{task}/de"] == pytest.approx(merged["de"] - pretrained["de"], rel=1e-4, abs=1e-6)
+
+
+def test_lora_regularization_and_budget_scale_act_per_task(tmp_path):
+    model, plain, monitor = lora_run(tmp_path)
+    model.double()  # the hooks' gradients against autograd's to float64 precision
+    tracker = monitor.tracker
+    tracker.advance()
+    _, start = tracker.measure()
+    tracker.advance()
+    layers = lora_layers(model.encoder)
+    with torch.no_grad():
+        for layer in layers:
+            for task in TASKS:
+                layer.lora_A[task].weight.mul_(1.1)
+                layer.lora_B[task].weight.add_(0.05)
+    _, moved = tracker.measure()
+    tracker.scale_update([0.0, 1.0])  # task a's step undone, task b's kept
+    update, distance = tracker.measure()
+    assert update[0] == 0.0 and distance[0] == pytest.approx(start[0], rel=1e-12)
+    assert distance[1] == pytest.approx(moved[1], rel=1e-12)
+
+    params = [w for layer in layers for task in TASKS for w in (layer.lora_A[task].weight, layer.lora_B[task].weight)]
+
+    def penalty():
+        return sum(
+            ((layer.scaling[t] * layer.lora_B[t].weight @ layer.lora_A[t].weight) ** 2).sum()
+            for layer in layers
+            for t in TASKS
+        )
+
+    expected = torch.autograd.grad(0.3 * penalty(), params)
+    handles = tracker.regularize(0.3, accumulation=2)
+    grads = torch.autograd.grad(sum((p * 0).sum() for p in params), params)
+    for handle in handles:
+        handle.remove()
+    for got, want in zip(grads, expected):
+        torch.testing.assert_close(2 * got, want, rtol=1e-10, atol=1e-12)

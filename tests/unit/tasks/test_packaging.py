@@ -1,0 +1,108 @@
+"""A wheel carries the built-in tasks: ``pip install .`` (not editable) must find XNLI without a checkout.
+
+The wheel is built from a copy of the sources (setup.cfg, pyproject.toml, README, mtft/, tasks/), so that the
+build neither writes into the working tree nor packs stale files of an earlier ``build/`` folder.
+"""
+
+from __future__ import annotations
+
+import configparser
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+SOURCES = ("setup.cfg", "pyproject.toml", "README.md", "mtft", "tasks")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    source = tmp_path_factory.mktemp("source")
+    for name in SOURCES:
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        else:
+            shutil.copy2(REPO / name, source / name)
+    out = tmp_path_factory.mktemp("wheel")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            "-w",
+            str(out),
+            str(source),
+        ],
+        cwd=out,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (built,) = out.glob("mtft-*.whl")
+    return built
+
+
+def test_setup_cfg_lists_every_package():
+    """``find:`` cannot add mtft.builtin_tasks (the tasks/ folder), so setup.cfg lists the packages by hand."""
+    config = configparser.ConfigParser()
+    config.read(REPO / "setup.cfg")
+    listed = set(config["options"]["packages"].split())
+    packages = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "mtft").rglob("__init__.py")}
+    assert packages | {"mtft.builtin_tasks"} == listed, (
+        f"setup.cfg [options] packages: add {sorted(packages - listed)}, remove "
+        f"{sorted(listed - packages - {'mtft.builtin_tasks'})}"
+    )
+
+
+def test_wheel_holds_the_built_in_tasks_and_every_package(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    task_files = {
+        f"mtft/builtin_tasks/{p.relative_to(REPO / 'tasks').as_posix()}"
+        for p in (REPO / "tasks").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+    expected = {
+        "README.md",
+        "xnli/xnli.yaml",
+        "glue/cola.yaml",
+        "xnli/fixtures/xnli/README.md",
+        "xnli/fixtures/xnli/en/test.jsonl",
+    }
+    assert {f"mtft/builtin_tasks/{name}" for name in expected} <= names
+    assert task_files <= names, sorted(task_files - names)[:5]
+    assert not any(name.startswith("tasks/") for name in names), "the tasks must install inside mtft/, not top level"
+    packages = {p.relative_to(REPO).as_posix() for p in (REPO / "mtft").rglob("__init__.py")}
+    assert packages <= names, f"packages missing from setup.cfg [options] packages: {sorted(packages - names)}"
+    generic_text = REPO / "mtft/fixtures/data/generic_text"
+    assert {p.relative_to(REPO).as_posix() for p in generic_text.rglob("*") if p.is_file()} <= names
+
+
+def test_installed_wheel_discovers_the_built_in_tasks(wheel, tmp_path):
+    target = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target", str(target), str(wheel)],
+        check=True,
+        capture_output=True,
+    )
+    script = (
+        "import json, mtft; from mtft.tasks import discover_tasks; "
+        "from mtft.tasks.registry import builtin_task_dir; "
+        "print(json.dumps([mtft.__file__, str(builtin_task_dir()), sorted(discover_tasks())]))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    module, folder, names = json.loads(result.stdout.splitlines()[-1])
+    assert Path(module).is_relative_to(target) and Path(folder) == target / "mtft" / "builtin_tasks"
+    assert {"xnli", "wikiann", "tydiqa", "glue_cola", "glue_mrpc", "superglue_record"} <= set(names)
