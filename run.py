@@ -28,12 +28,14 @@ Launch recipes (one thread per process when several share a host):
     python run.py export --run runs/demo --out adapters/
 """
 
+import os
+import shlex
 import sys
 
 from mtft.cli import train_parser
 from mtft.commands import COMMANDS, run_command
 from mtft.config import config_to_yaml, load_config
-from mtft.core.errors import UserError
+from mtft.core.errors import Interrupted, UserError
 
 
 def main(argv: list[str]) -> int:
@@ -57,13 +59,32 @@ def main(argv: list[str]) -> int:
         return 0
     from mtft.training.trainer import Run  # heavy imports only when training
 
-    Run(config).execute()
+    with _locked(config.run.output_dir):
+        Run(config).execute()
     return 0
+
+
+def _locked(output_dir: str):
+    """The run directory's lock (mtft.core.runlock), taken by the first process only: the other processes of a
+    torchrun launch share its directory, and torchrun stops them when the first exits refused."""
+    import contextlib
+
+    from mtft.core.runlock import run_lock
+
+    return run_lock(output_dir) if os.environ.get("RANK", "0") == "0" else contextlib.nullcontext()
+
+
+def _resume_command(argv: list[str]) -> str:
+    command = ["python", "run.py", *argv] + ([] if "--resume" in argv else ["--resume"])
+    return " ".join(shlex.quote(part) for part in command)
 
 
 if __name__ == "__main__":
     try:
         sys.exit(main(sys.argv[1:]))
+    except Interrupted as stop:  # SIGTERM / Ctrl-C: a checkpoint was saved; 143 / 130 like a process the signal ended
+        print(f"error: {stop}; continue with: {_resume_command(sys.argv[1:])}", file=sys.stderr)
+        sys.exit(stop.exit_code)
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(2)

@@ -7,7 +7,8 @@ renamed to ``X`` in one ``rename``. A crash at any point leaves at most ``X.part
 by the next writer). Replacing an existing ``X`` goes through ``X.previous``: ``X`` → ``X.previous``, ``X.partial``
 → ``X``, then ``X.previous`` is removed, so a crash between the two renames leaves a complete ``X.previous``
 that :func:`recover` puts back. After :meth:`AtomicFolder.commit` returns, the folder survives a power loss
-(the parent directory's entry is flushed too).
+(the parent directory's entry is flushed too). A full disk while writing or committing removes the partial folder and
+raises :class:`~mtft.core.errors.DiskFullError` ("no space left on <folder>"): nothing half-written looks complete.
 
 Several processes may write into the same ``X.partial`` (each rank its own files); one of them begins and
 commits, the others wait at barriers around it (see :mod:`mtft.training.checkpoint`).
@@ -16,11 +17,14 @@ commits, the others wait at barriers around it (see :mod:`mtft.training.checkpoi
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
 from pathlib import Path
 from typing import Any, Iterator, Optional
+
+from mtft.core.errors import DiskFullError
 
 MARKER = "COMPLETE"
 
@@ -63,8 +67,13 @@ class AtomicFolder:
     def commit(self, **description: Any) -> Path:
         """Mark the partial folder complete (``description`` goes into the marker), flush it, and rename it to
         ``final``, replacing a previous ``final``."""
-        _write_synced(self.partial / MARKER, json.dumps(description, sort_keys=True) + "\n")
-        _sync_tree(self.partial)
+        try:
+            _write_synced(self.partial / MARKER, json.dumps(description, sort_keys=True) + "\n")
+            _sync_tree(self.partial)
+        except OSError as exc:
+            self.abort()
+            raise_if_disk_full(exc, self.final)
+            raise
         recover(self.final)
         previous = _sibling(self.final, "previous")
         if self.final.exists():
@@ -82,20 +91,37 @@ class AtomicFolder:
     def writing(self, **description: Any) -> Iterator[Path]:
         """One process: ``with AtomicFolder(x).writing(kind="best") as folder: ...`` commits on success and
         removes the partial folder on an exception."""
-        folder = self.begin()
         try:
+            folder = self.begin()
             yield folder
-        except BaseException:
+        except BaseException as exc:
             self.abort()
+            raise_if_disk_full(exc, self.final)
             raise
         self.commit(**description)
 
 
+def raise_if_disk_full(exc: BaseException, path: Path) -> None:
+    """Turn a write that ran out of space (``OSError`` ENOSPC, or torch's ``RuntimeError`` around one) into one
+    :class:`DiskFullError` line naming ``path``; any other exception is left to the caller to re-raise."""
+    if (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)) or (
+        isinstance(exc, RuntimeError) and "No space left" in str(exc)
+    ):
+        raise DiskFullError(
+            f"no space left on {path}; nothing of it was kept (free some space, then --resume)"
+        ) from None
+
+
 def write_json(path: Path, data: Any) -> None:
     """A JSON file replaced in one rename (readers never see half of it), flushed before the rename."""
+    write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def write_text(path: Path, text: str) -> None:
+    """A text file replaced in one rename (readers never see half of it), flushed before the rename."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    _write_synced(tmp, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    _write_synced(tmp, text)
     os.replace(tmp, path)
 
 

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 from typing import Any, Optional
 
+from mtft.core.atomic import write_text
 from mtft.core.errors import ConfigError
 
 logger = logging.getLogger("mtft")
@@ -31,16 +32,22 @@ def add_file_log(run_dir: Path) -> None:
 class MetricsLog:
     """``metrics.jsonl``: one object per event, ``{"step", "kind", ...values}``; mirrored to TensorBoard."""
 
-    def __init__(self, run_dir: Path, enabled: bool, tensorboard: bool, resume_step: Optional[int] = None):
+    def __init__(
+        self,
+        run_dir: Path,
+        enabled: bool,
+        tensorboard: bool,
+        resume_step: Optional[int] = None,
+        resume_rows: Optional[int] = None,
+    ):
         self.path = run_dir / "metrics.jsonl"
         self.enabled = enabled
         self.writer = None
+        self.rows = 0  # rows in metrics.jsonl; a checkpoint records it (trainer state "log_rows")
         if not enabled:
             return
         if resume_step is not None and self.path.exists():
-            # Drop what an interrupted attempt logged after the checkpoint we resume from.
-            kept = [line for line in self.path.read_text().splitlines() if json.loads(line)["step"] <= resume_step]
-            self.path.write_text("".join(line + "\n" for line in kept))
+            self.rows = self._truncate(resume_step, resume_rows)
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
@@ -50,12 +57,36 @@ class MetricsLog:
                 ) from None
             self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=resume_step)
 
+    def _truncate(self, resume_step: int, resume_rows: Optional[int]) -> int:
+        """Keep what was logged up to the checkpoint we resume from: its first ``resume_rows`` rows (the count the
+        checkpoint recorded), or for a checkpoint without that count the rows up to ``resume_step``. A torn last
+        line (a power cut or a full disk while appending) is dropped with a warning; a row the interrupted attempt
+        logged after the checkpoint would otherwise appear twice. Rewritten in one rename."""
+        rows, torn = [], 0
+        for line in self.path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                row = json.loads(line)
+                int(row["step"])
+            except (ValueError, TypeError, KeyError):
+                torn += 1
+                continue
+            rows.append(line)
+        if torn:
+            logger.warning(f"{self.path}: dropped {torn} unreadable line(s) (a torn write)")
+        if resume_rows is not None and resume_rows <= len(rows):
+            kept = rows[:resume_rows]
+        else:
+            kept = [line for line in rows if json.loads(line)["step"] <= resume_step]
+        write_text(self.path, "".join(line + "\n" for line in kept))
+        return len(kept)
+
     def log(self, step: int, kind: str, values: dict[str, Any]) -> None:
         if not self.enabled:
             return
         clean = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in values.items()}
         with self.path.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps({"step": step, "kind": kind, **clean}) + "\n")
+        self.rows += 1
         if self.writer is not None:
             for key, value in clean.items():
                 if isinstance(value, (int, float)) and value is not None:

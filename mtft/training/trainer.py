@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,9 @@ from tqdm import tqdm
 
 from mtft.adapters import build_method, parameter_table
 from mtft.config.schema import RunConfig
-from mtft.core.atomic import AtomicFolder, write_json
+from mtft.core.atomic import AtomicFolder, recover, write_json
 from mtft.core.distributed import barrier, init_distributed
-from mtft.core.errors import CheckpointError, ConfigError
+from mtft.core.errors import CheckpointError, ConfigError, Interrupted
 from mtft.data.batching import BatchBuilder
 from mtft.data.pipeline import PreparedData, prepare_data
 from mtft.data.sampler import MultiObjectiveSampler, mixing_probabilities
@@ -118,22 +119,26 @@ class Run:
         self.sampler = self._sampler()
         self.step, self.best, self.stationary_run = 0, None, 0
         self.monitor = build_monitor(forgetting, config, self.engine, self.data, self.proc.is_main, self.run_dir)
+        self.resume_rows, self.saved_step, self.stop_signal = None, None, None
         if resume_from is not None:
             self._resume(resume_from)  # restores this rank's RNG state too
         else:
+            if config.run.resume:
+                logger.warning(f"--resume: {self.run_dir} has no complete checkpoint yet; starting from step 0")
             torch.manual_seed(config.run.seed + 1 + self.proc.rank)  # this rank's dropout stream
         self.log = MetricsLog(
             self.run_dir,
             self.proc.is_main,
             config.logging.tensorboard,
             resume_step=self.step if config.run.resume else None,
+            resume_rows=self.resume_rows,
         )
         try:
             self.monitor.start(self.step, self.log)
             self._train()
             self.monitor.end(self.step)
+            self._save(force=True)  # before the final evaluation: a resume of the finished run repeats no log row
             final = self._evaluate(final=True)
-            self._save(force=True)
             if self.proc.is_main:
                 self._finish(final)
         finally:
@@ -156,6 +161,7 @@ class Run:
         run.overwrite it replaces the previous run in one rename. A resumed run keeps its directory."""
         if self.proc.is_main:
             create_run_dir(self.config, lambda folder: save_encoder_files(folder, model.encoder, self.data.tokenizer))
+            recover(self.run_dir / "best")  # a kill between replacing best/ and renaming best.partial
         barrier()
 
     def _shared_parameters(self, model):
@@ -213,7 +219,38 @@ class Run:
             f"training {len(self.data.objective_names)} objectives for {cfg.training.max_steps} steps "
             f"on {self.proc.world_size} process(es) -> {self.run_dir}"
         )
+        handlers = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            self._train_steps(bar, window)
+        finally:
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+        bar.close()
+
+    def _on_signal(self, signum, frame) -> None:
+        """SIGTERM or Ctrl-C: finish the current step, save, stop (:meth:`_stop_if_signalled`); a second one of
+        either kind acts as if mtft had not caught it (Ctrl-C raises KeyboardInterrupt, SIGTERM ends the process)."""
+        self.stop_signal = signal.Signals(signum).name
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def _stop_if_signalled(self) -> None:
+        stop = self.stop_signal is not None
+        if self.proc.world_size > 1:  # every rank stops after the same step, or the collectives would hang
+            flag = torch.tensor([int(stop)])
+            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+            stop = bool(flag.item())
+        if not stop:
+            return
+        if self.saved_step != self.step:
+            self._save(force=True)
+        path = ckpt.step_dir(self.run_dir, self.step)
+        raise Interrupted(self.stop_signal or "SIGTERM", self.step, path)
+
+    def _train_steps(self, bar, window) -> None:
+        cfg = self.config
         while self.step < cfg.training.max_steps:
+            self._stop_if_signalled()  # at a step boundary: the previous step, its logs and its save are complete
             result = self.step_fn(self._micro_batches())
             self.step += 1
             bar.update(1)
@@ -253,7 +290,6 @@ class Run:
             every = cfg.checkpointing.every_steps
             if every and self.step % every == 0 and self.step < cfg.training.max_steps:
                 self._save()
-        bar.close()
 
     def _stationary(self, result) -> bool:
         eps = self.config.weighting.stationarity_eps
@@ -294,6 +330,7 @@ class Run:
             "objectives": self.data.objective_names,
             "stationary_run": self.stationary_run,
             "forgetting": self.monitor.state_dict(),
+            "log_rows": self.log.rows,  # resume keeps exactly these rows of metrics.jsonl
         }
 
     def _save(self, force: bool = False) -> None:
@@ -312,13 +349,15 @@ class Run:
                 self.proc.rank,
                 self.config.checkpointing.keep_last,
             )
+            self.saved_step = self.step
 
     def _resume(self, path: Path) -> None:
-        state = ckpt.load_checkpoint(self.engine, path, self.proc.rank)
+        path, state = ckpt.resume_checkpoint(self.engine, self.run_dir, self.proc.rank)  # newest intact one
         if state.get("objectives") != self.data.objective_names:
             raise CheckpointError(f"{path} was trained on objectives {state.get('objectives')}, not these")
         self.step, self.best = int(state["step"]), state.get("best")
         self.stationary_run = int(state.get("stationary_run", 0))
+        self.resume_rows = state.get("log_rows")
         self.sampler.load_state_dict(state["sampler"])
         self.monitor.load_state_dict(state.get("forgetting"))
         logger.info(f"resumed from {path} at step {self.step}")

@@ -59,3 +59,26 @@ def test_write_json_replaces_in_one_rename(tmp_path):
     write_json(path, {"step": 2, "name": "é"})
     assert json.loads(path.read_text(encoding="utf-8")) == {"step": 2, "name": "é"}
     assert not (tmp_path / "state.json.tmp").exists()
+
+
+def test_disk_full_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    import errno
+
+    from mtft.core import atomic
+    from mtft.core.errors import DiskFullError
+
+    final = tmp_path / "best"
+    with pytest.raises(DiskFullError, match=f"^no space left on {final}; "):
+        with AtomicFolder(final).writing(kind="best") as folder:
+            raise OSError(errno.ENOSPC, "No space left on device")
+    assert list(tmp_path.iterdir()) == []
+
+    def full(path, text):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    folder = AtomicFolder(final)
+    (folder.begin() / "v").write_text("1")
+    monkeypatch.setattr(atomic, "_write_synced", full)  # the marker itself does not fit
+    with pytest.raises(DiskFullError):
+        folder.commit(kind="best")
+    assert list(tmp_path.iterdir()) == []

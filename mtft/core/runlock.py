@@ -1,0 +1,54 @@
+"""One process at a time in a run directory: an exclusive ``flock`` on ``<parent>/.<name>.lock``.
+
+Two runs writing into one output directory would interleave their checkpoints and logs, and ``--resume`` of a
+run that is still alive would train the same steps twice. The lock is taken before anything of the run is
+written (the run directory itself may not exist yet, so the lock file lives beside it) and held until the process
+ends; the kernel releases it when the process dies, however it dies, so a stale lock cannot block a resume. The file
+holds the holder's pid, host and start time, for the refusal message; it is left in place (removing it would let a
+third process lock a fresh file while a second still holds the old one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Iterator
+
+from mtft.core.errors import CheckpointError
+
+
+def lock_path(run_dir: Path) -> Path:
+    run_dir = Path(run_dir).absolute()
+    return run_dir.parent / f".{run_dir.name}.lock"
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: Path) -> Iterator[Path]:
+    """Hold the run directory's lock for the ``with`` block, or raise one :class:`CheckpointError` naming the holder."""
+    path = lock_path(run_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise CheckpointError(f"{run_dir} is in use by {_holder(path)}; wait for it to end or stop it") from None
+        holder = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
+        yield path
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def _holder(path: Path) -> str:
+    try:
+        holder = json.loads(path.read_text(encoding="utf-8"))
+        return f"another run (pid {holder['pid']} on {holder['host']}, started {holder['started']})"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "another run"

@@ -1,0 +1,244 @@
+"""Resume that trusts nothing it has not checked: damaged or planted checkpoint files, a torn metrics log, a kill
+while best/ was being replaced, SIGTERM / Ctrl-C, and two runs into one directory (mtft.training.checkpoint,
+mtft.core.runlock). Every resumed run must end with the weights of the uninterrupted run."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tests.conftest import BASE_CONFIG, REPO, base_overrides, clean_env, read_jsonl, run_cli
+
+pytestmark = pytest.mark.slow
+
+STEPS = 6
+RUN = {"checkpointing.every_steps": 2, "checkpointing.keep_last": 3, "evaluation.every_steps": 2}
+
+
+def args(out: Path) -> list[str]:
+    return ["--config", BASE_CONFIG, *base_overrides(out, STEPS, **RUN)]
+
+
+def step_name(step: int) -> str:
+    return f"step-{step:08d}"
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("straight") / "run"
+    result = run_cli(*args(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [step_name(2), step_name(4), step_name(6)]
+    return out
+
+
+def copy_of(straight: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "run"
+    shutil.copytree(straight, out)
+    config = out / "config.yaml"  # the copy is a run of its own output directory
+    config.write_text(config.read_text().replace(str(straight), str(out)))
+    return out
+
+
+def assert_same_final_run(out: Path, straight: Path) -> None:
+    expected = load_file(str(straight / "checkpoints" / step_name(STEPS) / "model.safetensors"))
+    got = load_file(str(out / "checkpoints" / step_name(STEPS) / "model.safetensors"))
+    assert expected.keys() == got.keys()
+    for key in expected:
+        assert torch.equal(expected[key], got[key]), key
+    # each logged row once, in the uninterrupted run's order
+    rows = [(e["step"], e["kind"]) for e in read_jsonl(out / "metrics.jsonl")]
+    assert rows == [(e["step"], e["kind"]) for e in read_jsonl(straight / "metrics.jsonl")]
+
+
+def resume(out: Path) -> subprocess.CompletedProcess:
+    return run_cli(*args(out), "--resume")
+
+
+def warnings_about(stderr: str, text: str) -> list[str]:
+    return [line for line in stderr.splitlines() if text in line]
+
+
+def rewrite_marker_entry(checkpoint: Path, name: str) -> None:
+    """Record ``name``'s current size and SHA-256 in the checkpoint's marker, as an attacker could."""
+    marker = json.loads((checkpoint / "COMPLETE").read_text())
+    data = (checkpoint / name).read_bytes()
+    marker["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (checkpoint / "COMPLETE").write_text(json.dumps(marker))
+
+
+def _delete_engine(latest: Path) -> str:
+    shutil.rmtree(latest / "engine")
+    return "engine/mp_rank_00_model_states.pt is missing"
+
+
+def _truncate_engine(latest: Path) -> str:
+    file = latest / "engine/mp_rank_00_model_states.pt"
+    file.write_bytes(file.read_bytes()[:1000])
+    return "engine/mp_rank_00_model_states.pt has 1000 bytes"
+
+
+def _garbage_trainer_state(latest: Path) -> str:
+    (latest / "trainer_state.json").write_text("{not json")
+    return "trainer_state.json has 9 bytes"
+
+
+def _truncate_weights(latest: Path) -> str:
+    file = latest / "model.safetensors"
+    file.write_bytes(file.read_bytes()[:-10])
+    return "model.safetensors has"
+
+
+@pytest.mark.parametrize("damage", [_delete_engine, _truncate_engine, _garbage_trainer_state, _truncate_weights])
+def test_damaged_latest_checkpoint_falls_back_to_the_previous_one(straight, tmp_path, damage):
+    out = copy_of(straight, tmp_path)
+    reason = damage(out / "checkpoints" / step_name(6))
+    result = resume(out)
+    assert result.returncode == 0, result.stderr[-3000:]
+    warning = warnings_about(result.stderr, "is damaged")
+    assert len(warning) == 1 and reason in warning[0] and f"falling back to {step_name(4)}" in warning[0], warning
+    assert f"resumed from {out}/checkpoints/{step_name(4)} at step 4" in result.stderr
+    assert_same_final_run(out, straight)
+
+
+class _Planted:
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.write_text, (self.marker, "pwned"))
+
+
+def test_planted_pickle_is_never_unpickled(straight, tmp_path):
+    out = copy_of(straight, tmp_path)
+    latest = out / "checkpoints" / step_name(6)
+    planted = tmp_path / "PWNED"
+    name = "engine/mp_rank_00_model_states.pt"
+    torch.save({"module": _Planted(planted)}, latest / name)
+    pickle.loads(pickle.dumps(_Planted(tmp_path / "check")))  # the payload does run when unpickled
+    assert (tmp_path / "check").read_text() == "pwned"
+    rewrite_marker_entry(latest, name)  # the marker agrees: only the loader itself can refuse the file
+    result = resume(out)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert not planted.exists()
+    warning = warnings_about(result.stderr, "is damaged")
+    assert len(warning) == 1 and "cannot be loaded safely" in warning[0] and step_name(4) in warning[0], warning
+    assert_same_final_run(out, straight)
+
+
+def test_no_intact_checkpoint_is_one_error_line(straight, tmp_path):
+    out = copy_of(straight, tmp_path)
+    for step in (2, 4, 6):
+        (out / "checkpoints" / step_name(step) / "trainer_state.json").write_text("garbage")
+    result = resume(out)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith(f"error: cannot resume {out}: no intact checkpoint")
+    assert "Traceback" not in result.stderr
+
+
+def test_torn_log_line_and_a_kill_while_replacing_best(straight, tmp_path):
+    out = copy_of(straight, tmp_path)
+    with (out / "metrics.jsonl").open("a") as handle:
+        handle.write('{"step": 6, "kind": "tra')  # a power cut while appending
+    best = (out / "best/model.safetensors").read_bytes()
+    os.replace(out / "best", out / "best.previous")  # killed between the two renames of a best/ replacement
+    result = resume(out)  # the finished run, from its last checkpoint: nothing is repeated
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(warnings_about(result.stderr, "dropped 1 unreadable line(s)")) == 1
+    assert (out / "best/model.safetensors").read_bytes() == best and not (out / "best.previous").exists()
+    assert_same_final_run(out, straight)
+
+
+def test_resume_before_the_first_checkpoint_says_so(straight, tmp_path):
+    out = copy_of(straight, tmp_path)
+    shutil.rmtree(out / "checkpoints")
+    result = resume(out)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(warnings_about(result.stderr, "has no complete checkpoint yet; starting from step 0")) == 1
+    assert_same_final_run(out, straight)
+
+
+@pytest.mark.parametrize("name, code", [("SIGTERM", 143), ("SIGINT", 130)])
+def test_signal_saves_and_resume_matches(straight, tmp_path, name, code):
+    out = tmp_path / "run"
+    stopped = subprocess.run(
+        [sys.executable, "tests/e2e/helpers/signal_during_run.py", name, "3", *args(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=clean_env(OMP_NUM_THREADS="2"),
+        timeout=600,
+    )
+    assert stopped.returncode == code, stopped.stderr[-3000:]
+    last = stopped.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: stopped by {name} after step 3; checkpoint {out}/checkpoints/{step_name(3)}"), last
+    assert last.endswith("--resume") and "continue with: python run.py --config tests/e2e/base.yaml" in last
+    assert "Traceback" not in stopped.stderr
+    assert (out / "checkpoints" / step_name(3) / "COMPLETE").is_file()
+    result = resume(out)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"resumed from {out}/checkpoints/{step_name(3)} at step 3" in result.stderr
+    expected = load_file(str(straight / "checkpoints" / step_name(STEPS) / "model.safetensors"))
+    got = load_file(str(out / "checkpoints" / step_name(STEPS) / "model.safetensors"))
+    assert all(torch.equal(expected[k], got[k]) for k in expected) and expected.keys() == got.keys()
+    assert json.loads((out / "metrics.json").read_text()) == json.loads((straight / "metrics.json").read_text())
+
+
+def test_second_run_into_a_live_run_directory_is_refused(tmp_path):
+    out = tmp_path / "run"
+    longer = [*args(out), "training.max_steps=200", "checkpointing.every_steps=100", "evaluation.every_steps=100"]
+    first = subprocess.Popen(
+        [sys.executable, "run.py", *longer],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(OMP_NUM_THREADS="1"),
+    )
+    try:
+        lock = tmp_path / ".run.lock"
+        deadline = time.time() + 120
+        while not (lock.is_file() and lock.read_text().strip()) and first.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        assert json.loads(lock.read_text())["pid"] == first.pid
+        started = time.time()
+        second = run_cli(*longer, "--resume", threads=1)  # refused while the first holds the lock: it is alive
+        took = time.time() - started
+    finally:
+        _, stderr = first.communicate(timeout=600)
+    assert second.returncode == 2, second.stderr[-3000:]
+    assert took < 60 and "Traceback" not in second.stderr
+    assert (
+        second.stderr.strip().splitlines()[-1].startswith(f"error: {out} is in use by another run (pid {first.pid} on ")
+    )
+    assert first.returncode == 0, stderr[-3000:]
+    assert (out / "checkpoints" / step_name(200) / "COMPLETE").is_file()
+
+
+def test_zero2_engine_state_resumes_through_the_safe_loader(tmp_path):
+    """ZeRO 1/2 keep the optimizer state in their own file, with three DeepSpeed classes in it (see
+    checkpoint._safe_globals): resuming from it must load (weights_only) and stay bit-identical."""
+    zero2 = ["training.deepspeed_config=configs/deepspeed/zero2.json", "training.max_steps=4"]
+    straight, out = tmp_path / "straight", tmp_path / "run"
+    for folder in (straight, out):
+        result = run_cli(*args(folder), *zero2)
+        assert result.returncode == 0, result.stderr[-3000:]
+    assert any(p.name.startswith("zero_pp_rank_0") for p in (out / "checkpoints" / step_name(4) / "engine").iterdir())
+    shutil.rmtree(out / "checkpoints" / step_name(4))  # as if the run had stopped after step 2's checkpoint
+    result = run_cli(*args(out), *zero2, "--resume")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"resumed from {out}/checkpoints/{step_name(2)} at step 2" in result.stderr
+    expected = load_file(str(straight / "checkpoints" / step_name(4) / "model.safetensors"))
+    got = load_file(str(out / "checkpoints" / step_name(4) / "model.safetensors"))
+    assert expected.keys() == got.keys() and all(torch.equal(expected[k], got[k]) for k in expected)

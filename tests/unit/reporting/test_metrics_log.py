@@ -1,0 +1,47 @@
+"""metrics.jsonl on resume: a torn last line is dropped, rows after the checkpoint are not kept twice."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from mtft.reporting.logs import MetricsLog, read_metrics
+
+
+def _rows(run_dir, steps):
+    log = MetricsLog(run_dir, True, False)
+    for step in steps:
+        log.log(step, "train", {"loss": 1.0})
+    return log
+
+
+def test_rows_are_counted_and_resume_keeps_the_checkpoints_rows(tmp_path):
+    assert _rows(tmp_path, [1, 2, 2, 3]).rows == 4
+    log = MetricsLog(tmp_path, True, False, resume_step=2, resume_rows=2)
+    assert log.rows == 2 and [r["step"] for r in read_metrics(tmp_path)] == [1, 2]
+    log.log(3, "train", {})
+    assert log.rows == 3
+
+
+def test_without_a_row_count_rows_past_the_step_are_dropped(tmp_path):
+    _rows(tmp_path, [1, 2, 3, 4])
+    assert MetricsLog(tmp_path, True, False, resume_step=2).rows == 2
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2]
+
+
+def test_a_torn_last_line_is_dropped_with_a_warning(tmp_path, caplog):
+    _rows(tmp_path, [1, 2])
+    with (tmp_path / "metrics.jsonl").open("a") as handle:
+        handle.write('{"step": 3, "ki')
+    logger = logging.getLogger("mtft")
+    logger.addHandler(caplog.handler)
+    try:
+        log = MetricsLog(tmp_path, True, False, resume_step=3, resume_rows=None)
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert log.rows == 2 and [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [
+        1,
+        2,
+    ]
+    # the handler is added because the "mtft" logger may not propagate (run.py's console set-up turns it off)
+    assert f"{tmp_path / 'metrics.jsonl'}: dropped 1 unreadable line(s) (a torn write)" in caplog.messages
