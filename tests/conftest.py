@@ -47,8 +47,12 @@ def clean_env(**extra: str) -> dict[str, str]:
 def run_cli(*args: str, threads: int = 2, **env: str) -> subprocess.CompletedProcess:
     """``python run.py ARGS`` from the repository root."""
     return subprocess.run(
-        [sys.executable, "run.py", *args], cwd=REPO, capture_output=True, text=True,
-        env=clean_env(OMP_NUM_THREADS=str(threads), **env), timeout=600,
+        [sys.executable, "run.py", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=clean_env(OMP_NUM_THREADS=str(threads), **env),
+        timeout=600,
     )
 
 
@@ -56,10 +60,18 @@ def run_torchrun(*args: str, nproc: int = 2) -> subprocess.CompletedProcess:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-               f"--master_port={port}", "run.py", *args]
-    return subprocess.run(command, cwd=REPO, capture_output=True, text=True,
-                          env=clean_env(OMP_NUM_THREADS="1"), timeout=600)
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={nproc}",
+        f"--master_port={port}",
+        "run.py",
+        *args,
+    ]
+    return subprocess.run(
+        command, cwd=REPO, capture_output=True, text=True, env=clean_env(OMP_NUM_THREADS="1"), timeout=600
+    )
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -78,8 +90,13 @@ def base_overrides(out: Path, steps: int, **extra) -> list[str]:
 def demo_overrides(out: Path, steps: int, **extra) -> list[str]:
     """A shortened demo: fewer steps, a shorter pre-training of the backbone (one per test session, cached),
     no progress bar, output in ``out``."""
-    values = {"run.output_dir": str(out), "training.max_steps": steps, "logging.progress_bar": "false",
-              "pretrain.tokens": 102400, **extra}
+    values = {
+        "run.output_dir": str(out),
+        "training.max_steps": steps,
+        "logging.progress_bar": "false",
+        "pretrain.tokens": 102400,
+        **extra,
+    }
     return [f"{k}={v}" for k, v in values.items()]
 
 

@@ -10,7 +10,6 @@ import yaml
 from safetensors.torch import load_file
 
 from mtft.data.sampler import MultiObjectiveSampler, mixing_probabilities
-
 from tests.conftest import demo_overrides, read_jsonl, run_cli, run_torchrun
 
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
@@ -23,27 +22,50 @@ LOSS_TOLERANCE = 1e-5
 def second_task(folder: Path) -> Path:
     """A second task on the XNLI fixtures, so that ranks often hold different task heads in one step."""
     folder.mkdir(parents=True)
-    (folder / "nli_copy.yaml").write_text(yaml.safe_dump({
-        "task": "nli_copy", "head": "sequence_classification", "languages": ["sw", "ru"],
-        "default_protocol": "in_language", "text_columns": ["premise", "hypothesis"], "metrics": ["accuracy"],
-        "data": {"train": {"path": "facebook/xnli", "name": "{language}", "split": "train"},
-                 "validation": {"path": "facebook/xnli", "name": "{language}", "split": "validation"}},
-    }))
+    (folder / "nli_copy.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "task": "nli_copy",
+                "head": "sequence_classification",
+                "languages": ["sw", "ru"],
+                "default_protocol": "in_language",
+                "text_columns": ["premise", "hypothesis"],
+                "metrics": ["accuracy"],
+                "data": {
+                    "train": {"path": "facebook/xnli", "name": "{language}", "split": "train"},
+                    "validation": {"path": "facebook/xnli", "name": "{language}", "split": "validation"},
+                },
+            }
+        )
+    )
     return folder
 
 
 def common(tmp_path: Path, out: Path, micro: int, zero: int, method: str = "multi_lora") -> list[str]:
-    tasks = ('[{name: xnli, languages: [en, de], protocol: in_language, max_train_examples: 200}, '
-             '{name: nli_copy, max_train_examples: 40}]')
-    return demo_overrides(out, 16, **{
-        "training.micro_batch_size": micro, "training.deepspeed_config": f"configs/deepspeed/zero{zero}.json",
-        "model.dropout": 0.0, "model.classifier_dropout": 0.0, "logging.every_steps": 1,
-        "evaluation.every_steps": 8, "checkpointing.every_steps": 8, "data.tasks": tasks,
-        "data.task_dirs": f"[{tmp_path / 'tasks'}]", "data.mixing.strategy": "proportional",
-        "weighting.method": "mean",  # the plain loop here; tests/test_lfmlf_e2e.py runs LF-MLF distributed
-        "model.adapter.method": method, "training.optimizer.lr": 1e-3 if method == "full" else 1e-2,
-        "forgetting.enabled": "false",  # monitors need full weights (not ZeRO-3); tests/test_forgetting_e2e.py
-    })
+    tasks = (
+        "[{name: xnli, languages: [en, de], protocol: in_language, max_train_examples: 200}, "
+        "{name: nli_copy, max_train_examples: 40}]"
+    )
+    return demo_overrides(
+        out,
+        16,
+        **{
+            "training.micro_batch_size": micro,
+            "training.deepspeed_config": f"configs/deepspeed/zero{zero}.json",
+            "model.dropout": 0.0,
+            "model.classifier_dropout": 0.0,
+            "logging.every_steps": 1,
+            "evaluation.every_steps": 8,
+            "checkpointing.every_steps": 8,
+            "data.tasks": tasks,
+            "data.task_dirs": f"[{tmp_path / 'tasks'}]",
+            "data.mixing.strategy": "proportional",
+            "weighting.method": "mean",  # the plain loop here; tests/test_lfmlf_e2e.py runs LF-MLF distributed
+            "model.adapter.method": method,
+            "training.optimizer.lr": 1e-3 if method == "full" else 1e-2,
+            "forgetting.enabled": "false",  # monitors need full weights (not ZeRO-3); tests/test_forgetting_e2e.py
+        },
+    )
 
 
 def train_losses(out: Path) -> list[float]:
@@ -65,8 +87,12 @@ def test_two_process_zero2_matches_single_process(tmp_path, method):
     # collectives (every head runs, on zero rows)
     sizes = [200, 200, 40, 40]  # xnli/en, xnli/de, nli_copy/sw, nli_copy/ru
     sampler = MultiObjectiveSampler(sizes, mixing_probabilities(sizes, "proportional"), 16, seed=7)
-    rank_tasks = [{u >= 2 for u, _ in half} for _ in range(16) for batch in [sampler.next_batch()]
-                  for half in (batch[:8], batch[8:])]
+    rank_tasks = [
+        {u >= 2 for u, _ in half}
+        for _ in range(16)
+        for batch in [sampler.next_batch()]
+        for half in (batch[:8], batch[8:])
+    ]
     assert any(len(tasks) == 1 for tasks in rank_tasks)
     events = read_jsonl(double / "metrics.jsonl")
     assert json.loads((double / "metrics.json").read_text())["step"] == 16

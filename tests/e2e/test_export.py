@@ -29,13 +29,26 @@ def trained_runs(tmp_path_factory):
     runs = {}
     for method in ("multi_lora", "lora"):
         out = root / method
-        result = run_cli("--config", "configs/demo.yaml", *demo_overrides(out, 12, **{
-            "weighting.method": "mean", "model.adapter.method": method, "training.optimizer.lr": 1e-2,
-            "data.tasks": "[{name: xnli, languages: [en, de], protocol: in_language, max_train_examples: 64, "
-                          "max_eval_examples: 16}, {name: nli_copy, max_train_examples: 64, max_eval_examples: 16}]",
-            "data.task_dirs": f"[{root / 'tasks'}]", "evaluation.every_steps": "null",
-            "checkpointing.every_steps": "null",
-            "pretrain.before_finetune": "false", "forgetting.enabled": "false"}))
+        result = run_cli(
+            "--config",
+            "configs/demo.yaml",
+            *demo_overrides(
+                out,
+                12,
+                **{
+                    "weighting.method": "mean",
+                    "model.adapter.method": method,
+                    "training.optimizer.lr": 1e-2,
+                    "data.tasks": "[{name: xnli, languages: [en, de], protocol: in_language, max_train_examples: 64, "
+                    "max_eval_examples: 16}, {name: nli_copy, max_train_examples: 64, max_eval_examples: 16}]",
+                    "data.task_dirs": f"[{root / 'tasks'}]",
+                    "evaluation.every_steps": "null",
+                    "checkpointing.every_steps": "null",
+                    "pretrain.before_finetune": "false",
+                    "forgetting.enabled": "false",
+                },
+            ),
+        )
         assert result.returncode == 0, result.stderr[-3000:]
         runs[method] = out
     return root, runs
@@ -68,8 +81,12 @@ def test_exported_adapter_gives_mtfts_logits_through_peft(trained_runs, method):
     with torch.no_grad():  # the adapters differ per task, and from the bare base encoder
         base = AutoModel.from_pretrained(str(out / "base"))
         plain = base(**enc).last_hidden_state
-        adapted = [peft.PeftModel.from_pretrained(AutoModel.from_pretrained(str(out / "base")), str(out / t))(**enc)
-                   .last_hidden_state for t in ("xnli", "nli_copy")]
+        adapted = [
+            peft.PeftModel.from_pretrained(AutoModel.from_pretrained(str(out / "base")), str(out / t))(
+                **enc
+            ).last_hidden_state
+            for t in ("xnli", "nli_copy")
+        ]
     assert (adapted[0] - plain).abs().max() > 1e-4 and (adapted[0] - adapted[1]).abs().max() > 1e-4
 
 
@@ -79,7 +96,11 @@ def test_export_refuses_bad_input_and_writes_nothing(trained_runs, tmp_path):
     occupied.mkdir()
     (occupied / "keep.txt").write_text("x")
     result = run_cli("export", "--run", str(runs["multi_lora"]), "--out", str(occupied))
-    assert result.returncode == 2 and "not empty" in result.stderr and sorted(p.name for p in occupied.iterdir()) == ["keep.txt"]
+    assert (
+        result.returncode == 2
+        and "not empty" in result.stderr
+        and sorted(p.name for p in occupied.iterdir()) == ["keep.txt"]
+    )
     result = run_cli("export", "--run", str(tmp_path), "--out", str(tmp_path / "x"))
     assert result.returncode == 2 and "not an mtft run directory" in result.stderr
     assert not (tmp_path / "x").exists()

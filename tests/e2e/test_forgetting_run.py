@@ -19,11 +19,21 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 def monitored(out: Path, steps: int, **extra) -> list[str]:
     # full fine-tuning at lr 1e-3 with dropout, the setting the budget and regularisation thresholds were set on
-    return demo_overrides(out, steps, **{"model.adapter.method": "full", "training.optimizer.lr": 1e-3,
-                                         "model.dropout": 0.1,
-                                         "forgetting.every_steps": 20, "evaluation.every_steps": "null",
-                                         "checkpointing.every_steps": "null", "logging.every_steps": 10,
-                                         "forgetting.probe.gammas": "[0.1, 1.0]", **extra})
+    return demo_overrides(
+        out,
+        steps,
+        **{
+            "model.adapter.method": "full",
+            "training.optimizer.lr": 1e-3,
+            "model.dropout": 0.1,
+            "forgetting.every_steps": 20,
+            "evaluation.every_steps": "null",
+            "checkpointing.every_steps": "null",
+            "logging.every_steps": 10,
+            "forgetting.probe.gammas": "[0.1, 1.0]",
+            **extra,
+        },
+    )
 
 
 def events_of(out: Path, kind: str) -> list[dict]:
@@ -48,12 +58,22 @@ def test_demo_sized_run_reports_forgetting_bounds_probe_and_plots(tmp_path):
     assert [e["step"] for e in tracked] == [10, 20, 30, 40, 50, 60]
     assert all(b["sum_update_sq"] >= a["sum_update_sq"] for a, b in zip(tracked, tracked[1:]))
     probe = events_of(out, "probe")
-    assert [(e["model"], e["gamma"]) for e in probe] == [("pre-trained", 0.1), ("pre-trained", 1.0),
-                                                          ("fine-tuned", 0.1), ("fine-tuned", 1.0)]
+    assert [(e["model"], e["gamma"]) for e in probe] == [
+        ("pre-trained", 0.1),
+        ("pre-trained", 1.0),
+        ("fine-tuned", 0.1),
+        ("fine-tuned", 1.0),
+    ]
     assert all(e["seeds"] == 3 and e["dlp/mean/std"] >= 0 for e in probe)
     report = (out / "report.md").read_text()
-    for section in ("## Forgetting (Theorem 1)", "## Sensitivity (Gaussian probe)", "## Pareto-stationarity gauge",
-                    "![forgetting vs the Theorem-1 bounds](forgetting.png)", "(sensitivity.png)", "(stationarity.png)"):
+    for section in (
+        "## Forgetting (Theorem 1)",
+        "## Sensitivity (Gaussian probe)",
+        "## Pareto-stationarity gauge",
+        "![forgetting vs the Theorem-1 bounds](forgetting.png)",
+        "(sensitivity.png)",
+        "(stationarity.png)",
+    ):
         assert section in report
     for plot in ("forgetting.png", "sensitivity.png", "stationarity.png"):
         assert (out / plot).read_bytes()[:8] == PNG
@@ -68,10 +88,22 @@ def test_demo_sized_run_reports_forgetting_bounds_probe_and_plots(tmp_path):
 
 def test_multi_lora_run_reports_forgetting_per_task_adapter(tmp_path):
     out = tmp_path / "lora"
-    result = run_cli("--config", "configs/demo.yaml", *monitored(out, 40, **{
-        "weighting.method": "mean", "model.adapter.method": "multi_lora", "training.optimizer.lr": 3e-3,
-        "model.adapter.target_modules": "[query,value]", "model.adapter.r": 8,
-        "forgetting.probe.gammas": "[0.3]"}))
+    result = run_cli(
+        "--config",
+        "configs/demo.yaml",
+        *monitored(
+            out,
+            40,
+            **{
+                "weighting.method": "mean",
+                "model.adapter.method": "multi_lora",
+                "training.optimizer.lr": 3e-3,
+                "model.adapter.target_modules": "[query,value]",
+                "model.adapter.r": 8,
+                "forgetting.probe.gammas": "[0.3]",
+            },
+        ),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     [eigen] = events_of(out, "lambda_p")
     state = load_file(str(out / "checkpoints/step-00000040/model.safetensors"))
@@ -81,8 +113,19 @@ def test_multi_lora_run_reports_forgetting_per_task_adapter(tmp_path):
     assert {"F_p/xnli", "F_p/xnli/en", "bound_displacement/xnli", "prediction/xnli"} <= set(last)
     # the distance from B and A alone equals the explicit ||s·B·A||² over the adapted layers
     scaling = 16.0 / 8
-    explicit = sum(float(((scaling * state[k.replace("base_layer.weight", "lora_B.weight")][0]
-                           @ state[k.replace("base_layer.weight", "lora_A")]) ** 2).sum()) for k in adapted)
+    explicit = sum(
+        float(
+            (
+                (
+                    scaling
+                    * state[k.replace("base_layer.weight", "lora_B.weight")][0]
+                    @ state[k.replace("base_layer.weight", "lora_A")]
+                )
+                ** 2
+            ).sum()
+        )
+        for k in adapted
+    )
     assert last["distance/xnli"] ** 2 == pytest.approx(explicit, rel=1e-5)
     report = (out / "report.md").read_text()
     assert "### xnli" in report and "Multi-LoRA: each task adapter" in report
@@ -91,8 +134,11 @@ def test_multi_lora_run_reports_forgetting_per_task_adapter(tmp_path):
 
 def test_forgetting_budget_stops_or_scales(tmp_path):
     stop = tmp_path / "stop"
-    result = run_cli("--config", "configs/demo.yaml", *monitored(stop, 40, **{
-        "forgetting.budget": "{value: 0.5, action: stop}", "forgetting.probe.gammas": "[]"}))
+    result = run_cli(
+        "--config",
+        "configs/demo.yaml",
+        *monitored(stop, 40, **{"forgetting.budget": "{value: 0.5, action: stop}", "forgetting.probe.gammas": "[]"}),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     [stopped] = events_of(stop, "stopped")
     assert stopped["reason"] == "forgetting_budget" and stopped["step"] < 40
@@ -100,9 +146,19 @@ def test_forgetting_budget_stops_or_scales(tmp_path):
     assert "passed the forgetting budget" in (stop / "report.md").read_text()
 
     scale = tmp_path / "scale"
-    result = run_cli("--config", "configs/demo.yaml", *monitored(scale, 30, **{
-        "forgetting.budget": "{value: 0.5, action: scale}", "forgetting.probe.gammas": "[]",
-        "weighting.method": "mean"}))
+    result = run_cli(
+        "--config",
+        "configs/demo.yaml",
+        *monitored(
+            scale,
+            30,
+            **{
+                "forgetting.budget": "{value: 0.5, action: scale}",
+                "forgetting.probe.gammas": "[]",
+                "weighting.method": "mean",
+            },
+        ),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert events_of(scale, "budget")  # some updates were scaled
     assert all(e["bound_displacement"] <= 0.5 * (1 + 1e-6) for e in events_of(scale, "displacement"))
@@ -113,8 +169,11 @@ def test_regularization_towards_the_pretrained_weights_keeps_them_closer(tmp_pat
     distances = {}
     for strength in (0.0, 50.0):
         out = tmp_path / f"reg{strength}"
-        result = run_cli("--config", "configs/demo.yaml", *monitored(out, 20, **{
-            "forgetting.regularization": strength, "forgetting.probe.gammas": "[]"}))
+        result = run_cli(
+            "--config",
+            "configs/demo.yaml",
+            *monitored(out, 20, **{"forgetting.regularization": strength, "forgetting.probe.gammas": "[]"}),
+        )
         assert result.returncode == 0, result.stderr[-3000:]
         distances[strength] = events_of(out, "displacement")[-1]["distance"]
     assert distances[50.0] < 0.8 * distances[0.0]
@@ -130,7 +189,8 @@ def test_pretrain_stage_checkpoints_at_budgets_and_probe_command(tmp_path):
         "data: {max_length: 32}\n"
         "corpus: {languages: [en, ar], max_eval_examples: 40}\n"
         "pretrain: {tokens: 20480, save_at_tokens: [5120], micro_batch_size: 16, log_every_steps: 10,\n"
-        "           optimizer: {name: adamw, lr: 3.0e-3}}\n")
+        "           optimizer: {name: adamw, lr: 3.0e-3}}\n"
+    )
     result = run_cli("--config", str(config), f"run.output_dir={out}", "logging.progress_bar=false")
     assert result.returncode == 0, result.stderr[-3000:]
     folders = sorted(p.name for p in (out / "checkpoints").iterdir())
@@ -141,9 +201,19 @@ def test_pretrain_stage_checkpoints_at_budgets_and_probe_command(tmp_path):
     assert (out / "pretrain.png").read_bytes()[:8] == PNG and "## Checkpoints" in (out / "report.md").read_text()
 
     weights = load_file(str(out / "checkpoints/tokens-20480/model.safetensors"))
-    probe = run_cli("probe", "--checkpoint", str(out / "checkpoints/tokens-5120"), "--checkpoint",
-                    str(out / "checkpoints/tokens-20480"), "--gamma", "0.3,1", "--max-examples", "20",
-                    "--out", str(tmp_path / "probe"))
+    probe = run_cli(
+        "probe",
+        "--checkpoint",
+        str(out / "checkpoints/tokens-5120"),
+        "--checkpoint",
+        str(out / "checkpoints/tokens-20480"),
+        "--gamma",
+        "0.3,1",
+        "--max-examples",
+        "20",
+        "--out",
+        str(tmp_path / "probe"),
+    )
     assert probe.returncode == 0, probe.stderr[-3000:]
     assert "tokens-20480  γ=1" in probe.stdout
     results = json.loads((tmp_path / "probe" / "probe.json").read_text())
@@ -155,9 +225,15 @@ def test_pretrain_stage_checkpoints_at_budgets_and_probe_command(tmp_path):
 
     # continued pre-training from a checkpoint folder (its own tokenizer and MLM head)
     more = tmp_path / "more"
-    result = run_cli("--config", str(config), f"run.output_dir={more}", "logging.progress_bar=false",
-                     f"model.backbone={out / 'checkpoints/tokens-20480'}", "pretrain.tokens=5120",
-                     "pretrain.save_at_tokens=[]")
+    result = run_cli(
+        "--config",
+        str(config),
+        f"run.output_dir={more}",
+        "logging.progress_bar=false",
+        f"model.backbone={out / 'checkpoints/tokens-20480'}",
+        "pretrain.tokens=5120",
+        "pretrain.save_at_tokens=[]",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     meta = json.loads((more / "checkpoints/tokens-5120/pretrain.json").read_text())
     assert meta["backbone"].endswith("tokens-20480") and meta["steps"] == 10
@@ -166,19 +242,38 @@ def test_pretrain_stage_checkpoints_at_budgets_and_probe_command(tmp_path):
 
 def test_monitors_leave_training_bit_identical_and_probe_of_a_finetuning_checkpoint(tmp_path):
     out, watched = tmp_path / "ft", tmp_path / "watched"
-    result = run_cli("--config", "configs/demo.yaml", *monitored(out, 10, **{"forgetting.enabled": "false",
-                                                                             "checkpointing.every_steps": 5}))
+    result = run_cli(
+        "--config",
+        "configs/demo.yaml",
+        *monitored(out, 10, **{"forgetting.enabled": "false", "checkpointing.every_steps": 5}),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
-    result = run_cli("--config", "configs/demo.yaml", *monitored(watched, 10, **{"forgetting.every_steps": 5,
-                                                                                 "checkpointing.every_steps": 5}))
+    result = run_cli(
+        "--config",
+        "configs/demo.yaml",
+        *monitored(watched, 10, **{"forgetting.every_steps": 5, "checkpointing.every_steps": 5}),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert [e["step"] for e in events_of(watched, "forgetting")] == [5, 10] and not events_of(out, "forgetting")
-    plain, monitored_weights = (load_file(str(o / "checkpoints/step-00000010/model.safetensors")) for o in (out, watched))
+    plain, monitored_weights = (
+        load_file(str(o / "checkpoints/step-00000010/model.safetensors")) for o in (out, watched)
+    )
     assert all(torch.equal(plain[k], monitored_weights[k]) for k in plain)  # no RNG draw, no weight touched
     state = json.loads((watched / "checkpoints/step-00000010/trainer_state.json").read_text())["forgetting"]
     assert state["steps"] == 10 and state["distance_sq"][0] > 0
-    probe = run_cli("probe", "--checkpoint", str(out / "checkpoints/step-00000010"), "--gamma", "0.5",
-                    "--languages", "en,de", "--max-examples", "20", "--out", str(tmp_path / "probe"))
+    probe = run_cli(
+        "probe",
+        "--checkpoint",
+        str(out / "checkpoints/step-00000010"),
+        "--gamma",
+        "0.5",
+        "--languages",
+        "en,de",
+        "--max-examples",
+        "20",
+        "--out",
+        str(tmp_path / "probe"),
+    )
     assert probe.returncode == 0, probe.stderr[-3000:]
     [row] = json.loads((tmp_path / "probe" / "probe.json").read_text())
     assert row["model"] == "step-00000010" and set(row["baseline"]) == {"en", "de"}
@@ -187,12 +282,18 @@ def test_monitors_leave_training_bit_identical_and_probe_of_a_finetuning_checkpo
 @pytest.mark.multiprocess
 def test_two_processes_share_lambda_p_and_report_the_same_forgetting(tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
-    common = {"training.deepspeed_config": "configs/deepspeed/zero2.json", "forgetting.every_steps": 4,
-              "forgetting.probe.gammas": "[]", "model.dropout": 0.0, "model.classifier_dropout": 0.0}
+    common = {
+        "training.deepspeed_config": "configs/deepspeed/zero2.json",
+        "forgetting.every_steps": 4,
+        "forgetting.probe.gammas": "[]",
+        "model.dropout": 0.0,
+        "model.classifier_dropout": 0.0,
+    }
     result = run_cli("--config", "configs/demo.yaml", *monitored(one, 8, **common, **{"training.micro_batch_size": 16}))
     assert result.returncode == 0, result.stderr[-3000:]
-    result = run_torchrun("--config", "configs/demo.yaml", *monitored(two, 8, **common,
-                                                                      **{"training.micro_batch_size": 8}))
+    result = run_torchrun(
+        "--config", "configs/demo.yaml", *monitored(two, 8, **common, **{"training.micro_batch_size": 8})
+    )
     assert result.returncode == 0, result.stderr[-5000:]
     [a], [b] = events_of(one, "lambda_p"), events_of(two, "lambda_p")
     assert b["cached"] is True and a["lambda_p"] == b["lambda_p"]  # the same θ_p: rank 0's cached value
@@ -201,11 +302,14 @@ def test_two_processes_share_lambda_p_and_report_the_same_forgetting(tmp_path):
     assert all(e["ranks_in_sync"] for e in events_of(two, "sync"))
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--gamma", "0.1,x"], "--gamma '0.1,x': expected comma-separated numbers"),
-    (["--gamma", "0.1,-1"], "every γ must be a number > 0"),
-    (["--gamma", "0.1", "--seeds", "2"], "--seeds 2: at least 3 noise seeds"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--gamma", "0.1,x"], "--gamma '0.1,x': expected comma-separated numbers"),
+        (["--gamma", "0.1,-1"], "every γ must be a number > 0"),
+        (["--gamma", "0.1", "--seeds", "2"], "--seeds 2: at least 3 noise seeds"),
+    ],
+)
 def test_probe_command_rejects_bad_input(tmp_path, args, message):
     result = run_cli("probe", "--checkpoint", str(tmp_path), *args)
     assert result.returncode == 2 and message in result.stderr

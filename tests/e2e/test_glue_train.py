@@ -66,20 +66,33 @@ def test_grouped_task_learns_multirc(run):
     predictions = read_jsonl(run / "predictions/validation/superglue_multirc/en.jsonl")
     assert predictions[0]["id"] == "0-0-0" and {p["prediction"] for p in predictions} <= {"True", "False"}
     heads = json.loads((run / "checkpoints/step-00000150/heads.json").read_text())
-    assert heads == {"glue_stsb": {"kind": "regression", "label_names": []},
-                     "superglue_copa": {"kind": "multiple_choice", "label_names": ["choice1", "choice2"]},
-                     "superglue_multirc": {"kind": "sequence_classification", "label_names": ["False", "True"]}}
+    assert heads == {
+        "glue_stsb": {"kind": "regression", "label_names": []},
+        "superglue_copa": {"kind": "multiple_choice", "label_names": ["choice1", "choice2"]},
+        "superglue_multirc": {"kind": "sequence_classification", "label_names": ["False", "True"]},
+    }
 
 
-@pytest.mark.parametrize("task, config_key", [("glue_stsb", "nyu-mll/glue"), ("superglue_multirc", "aps/super_glue"),
-                                              ("superglue_copa", "aps/super_glue")])
+@pytest.mark.parametrize(
+    "task, config_key",
+    [("glue_stsb", "nyu-mll/glue"), ("superglue_multirc", "aps/super_glue"), ("superglue_copa", "aps/super_glue")],
+)
 def test_score_reproduces_the_runs_metrics(run, task, config_key, capsys, monkeypatch):
     monkeypatch.chdir(REPO)
-    argv = ["--task", task, "--predictions", str(run / f"predictions/validation/{task}/en.jsonl"),
-            "--references", FIXTURES[config_key]]
+    argv = [
+        "--task",
+        task,
+        "--predictions",
+        str(run / f"predictions/validation/{task}/en.jsonl"),
+        "--references",
+        FIXTURES[config_key],
+    ]
     assert run_command("score", argv) == 0  # in-process: what `python run.py score ...` runs
     scored = json.loads(capsys.readouterr().out)
     metrics = json.loads((run / "metrics.json").read_text())
-    for name in {"glue_stsb": ["pearson", "spearman"], "superglue_multirc": ["exact_match", "f1a"],
-                 "superglue_copa": ["accuracy"]}[task]:
+    for name in {
+        "glue_stsb": ["pearson", "spearman"],
+        "superglue_multirc": ["exact_match", "f1a"],
+        "superglue_copa": ["accuracy"],
+    }[task]:
         assert scored[name] == pytest.approx(metrics[f"{task}/en/{name}"], abs=1e-9)

@@ -17,13 +17,26 @@ STEPS = 12
 
 
 def lfmlf_run(out: Path, zero: int, micro: int, **extra) -> list[str]:
-    return demo_overrides(out, STEPS, **{
-        "weighting.method": "lfmlf", "training.deepspeed_config": f"configs/deepspeed/zero{zero}.json",
-        "training.micro_batch_size": micro, "model.dropout": 0.0, "model.classifier_dropout": 0.0,
-        "data.tasks.0.languages": "[en, de, ar]", "logging.every_steps": 1, "checkpointing.every_steps": 6,
-        "evaluation.every_steps": "null", "weighting.cosine_every": 4,
-        # the random encoder these tolerances were set on (with the pre-trained one ZeRO-0 vs 1 differ by ~1.8e-5)
-        "pretrain.before_finetune": "false", "forgetting.enabled": "false", **extra})
+    return demo_overrides(
+        out,
+        STEPS,
+        **{
+            "weighting.method": "lfmlf",
+            "training.deepspeed_config": f"configs/deepspeed/zero{zero}.json",
+            "training.micro_batch_size": micro,
+            "model.dropout": 0.0,
+            "model.classifier_dropout": 0.0,
+            "data.tasks.0.languages": "[en, de, ar]",
+            "logging.every_steps": 1,
+            "checkpointing.every_steps": 6,
+            "evaluation.every_steps": "null",
+            "weighting.cosine_every": 4,
+            # the random encoder these tolerances were set on (with the pre-trained one ZeRO-0 vs 1 differ by ~1.8e-5)
+            "pretrain.before_finetune": "false",
+            "forgetting.enabled": "false",
+            **extra,
+        },
+    )
 
 
 def weighting_events(out: Path) -> list[dict]:
@@ -42,8 +55,10 @@ def final_weights(out: Path):
     return load_file(str(out / f"checkpoints/step-{STEPS:08d}/model.safetensors"))
 
 
-METHODS = {"multi_lora": {"model.adapter.method": "multi_lora", "training.optimizer.lr": 1e-2},
-           "full": {"model.adapter.method": "full", "training.optimizer.lr": 1e-3}}
+METHODS = {
+    "multi_lora": {"model.adapter.method": "multi_lora", "training.optimizer.lr": 1e-2},
+    "full": {"model.adapter.method": "full", "training.optimizer.lr": 1e-3},
+}
 
 
 @pytest.fixture(scope="module", params=list(METHODS))
@@ -108,8 +123,11 @@ def test_two_processes_match_one_and_ranks_stay_bit_identical(zero_runs):
 def test_pareto_stationarity_stops_training(tmp_path):
     out = tmp_path / "stationary"
     # ||d||²/mean||g_t||² ≤ 1 always, so eps = 2 makes every step "stationary": stop after the patience
-    result = run_cli("--config", "configs/demo.yaml", *lfmlf_run(out, 0, 16, **{
-        "weighting.stationarity_eps": 2.0, "weighting.stationarity_patience": 3}))
+    result = run_cli(
+        "--config",
+        "configs/demo.yaml",
+        *lfmlf_run(out, 0, 16, **{"weighting.stationarity_eps": 2.0, "weighting.stationarity_patience": 3}),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     stopped = [e for e in read_jsonl(out / "metrics.jsonl") if e["kind"] == "stopped"]
     assert stopped == [{"step": 3, "kind": "stopped", "reason": "pareto_stationary"}]

@@ -11,12 +11,27 @@ from tests.e2e.test_distributed import second_task
 def test_mixed_batch_multi_lora_run_learns_and_reports_parameters(tmp_path):
     second_task(tmp_path / "tasks")
     out = tmp_path / "multi_lora"
-    tasks = ('[{name: xnli, languages: [en, de], protocol: in_language}, {name: nli_copy}]')
-    result = run_cli("--config", "configs/demo.yaml", *demo_overrides(out, 400, **{
-        "weighting.method": "mean", "model.adapter.method": "multi_lora", "training.optimizer.lr": 3e-3,
-        "model.adapter.target_modules": "[query, value, dense]", "model.adapter.r": 8, "data.tasks": tasks,
-        "data.task_dirs": f"[{tmp_path / 'tasks'}]", "evaluation.every_steps": "null",
-        "pretrain.before_finetune": "false", "forgetting.enabled": "false"}))
+    tasks = "[{name: xnli, languages: [en, de], protocol: in_language}, {name: nli_copy}]"
+    result = run_cli(
+        "--config",
+        "configs/demo.yaml",
+        *demo_overrides(
+            out,
+            400,
+            **{
+                "weighting.method": "mean",
+                "model.adapter.method": "multi_lora",
+                "training.optimizer.lr": 3e-3,
+                "model.adapter.target_modules": "[query, value, dense]",
+                "model.adapter.r": 8,
+                "data.tasks": tasks,
+                "data.task_dirs": f"[{tmp_path / 'tasks'}]",
+                "evaluation.every_steps": "null",
+                "pretrain.before_finetune": "false",
+                "forgetting.enabled": "false",
+            },
+        ),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = json.loads((out / "metrics.json").read_text())
     # chance is 1/3; over 300 evaluation examples per task its standard deviation is 0.027, so 0.42 is > 3σ.

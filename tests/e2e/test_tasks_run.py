@@ -20,9 +20,18 @@ FIXTURE_SOURCES = {
     "facebook/xnli": "tasks/xnli/fixtures/xnli",
     "nyu-mll/multi_nli": "tasks/xnli/fixtures/multi_nli",
 }
-TINY = {"backbone": "tiny", "dropout": 0.0, "classifier_dropout": 0.0,
-        "tiny": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 128,
-                 "vocab_size": 1500}}
+TINY = {
+    "backbone": "tiny",
+    "dropout": 0.0,
+    "classifier_dropout": 0.0,
+    "tiny": {
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "intermediate_size": 128,
+        "vocab_size": 1500,
+    },
+}
 
 
 def write_config(path: Path, out: Path, tasks: list[dict], steps: int, **extra) -> Path:
@@ -30,8 +39,12 @@ def write_config(path: Path, out: Path, tasks: list[dict], steps: int, **extra) 
         "run": {"name": path.stem, "output_dir": str(out), "seed": 3},
         "model": TINY,
         "data": {"tasks": tasks, "sources": FIXTURE_SOURCES, "max_length": 48, **extra.pop("data", {})},
-        "training": {"max_steps": steps, "micro_batch_size": 24, "optimizer": {"name": "adamw", "lr": 3e-3},
-                     "scheduler": {"name": "linear", "warmup_ratio": 0.05}},
+        "training": {
+            "max_steps": steps,
+            "micro_batch_size": 24,
+            "optimizer": {"name": "adamw", "lr": 3e-3},
+            "scheduler": {"name": "linear", "warmup_ratio": 0.05},
+        },
         "logging": {"every_steps": 10, "progress_bar": False},
         **extra,
     }
@@ -41,8 +54,13 @@ def write_config(path: Path, out: Path, tasks: list[dict], steps: int, **extra) 
 
 MIXED_TASKS = [
     {"name": "wikiann", "languages": ["en", "de"], "protocol": "in_language"},
-    {"name": "tydiqa", "languages": ["en", "sw"], "protocol": "zero_shot", "max_length": 48,
-     "settings": {"doc_stride": 16, "max_question_tokens": 12}},
+    {
+        "name": "tydiqa",
+        "languages": ["en", "sw"],
+        "protocol": "zero_shot",
+        "max_length": 48,
+        "settings": {"doc_stride": 16, "max_question_tokens": 12},
+    },
     {"name": "xnli", "languages": ["en"], "protocol": "in_language", "max_train_examples": 300},
 ]
 
@@ -74,23 +92,36 @@ def test_mixed_token_classification_qa_and_nli_learn_in_one_batch_stream(mixed_r
     qa = read_jsonl(mixed_run / "predictions/validation/tydiqa/sw.jsonl")
     assert len(qa) == 30 and all(p["id"].startswith("swahili-") and isinstance(p["prediction"], str) for p in qa)
     heads = json.loads((mixed_run / "checkpoints/step-00000070/heads.json").read_text())
-    assert heads["wikiann"] == {"kind": "token_classification",
-                                "label_names": ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC"]}
+    assert heads["wikiann"] == {
+        "kind": "token_classification",
+        "label_names": ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC"],
+    }
     assert heads["tydiqa"]["kind"] == "question_answering"
     report = (mixed_run / "report.md").read_text()
     assert "Metric: seqeval entity-level micro f1/precision/recall, word level" in report
     assert "default mode (CoNLL chunking, as XTREME reports)" in report and "Metric: SQuAD v1.1" in report
 
 
-@pytest.mark.parametrize("task, language", [("wikiann", "en"), ("wikiann", "de"), ("tydiqa", "en"),
-                                            ("tydiqa", "sw"), ("xnli", "en")])
+@pytest.mark.parametrize(
+    "task, language", [("wikiann", "en"), ("wikiann", "de"), ("tydiqa", "en"), ("tydiqa", "sw"), ("xnli", "en")]
+)
 def test_a_runs_predictions_rescore_to_its_own_metrics(mixed_run, task, language, capsys):
     metrics = json.loads((mixed_run / "metrics.json").read_text())
-    folder = {"wikiann": "tasks/wikiann/fixtures/wikiann", "tydiqa": "tasks/tydiqa/fixtures/tydiqa",
-              "xnli": "tasks/xnli/fixtures/xnli"}[task]
-    args = score_command.build_parser().parse_args([
-        "--task", f"{task}/{language}", "--references", str(REPO / folder),
-        "--predictions", str(mixed_run / f"predictions/validation/{task}/{language}.jsonl")])
+    folder = {
+        "wikiann": "tasks/wikiann/fixtures/wikiann",
+        "tydiqa": "tasks/tydiqa/fixtures/tydiqa",
+        "xnli": "tasks/xnli/fixtures/xnli",
+    }[task]
+    args = score_command.build_parser().parse_args(
+        [
+            "--task",
+            f"{task}/{language}",
+            "--references",
+            str(REPO / folder),
+            "--predictions",
+            str(mixed_run / f"predictions/validation/{task}/{language}.jsonl"),
+        ]
+    )
     assert score_command.main(args) == 0  # in process: tests/test_score.py runs the command line itself
     scored = json.loads(capsys.readouterr().out)
     names = [k.rsplit("/", 1)[1] for k in metrics if k.startswith(f"{task}/{language}/")]
@@ -102,11 +133,22 @@ def test_a_task_written_into_a_temporary_folder_trains(tmp_path):
     """A declarative token-classification task of the user's own, on local JSON-lines files with tag names."""
     tasks = tmp_path / "my_tasks"
     tasks.mkdir()
-    (tasks / "chunks.yaml").write_text(json.dumps({
-        "task": "chunks", "head": "token_classification", "languages": ["xx"], "default_protocol": "in_language",
-        "text_columns": ["words"], "label_column": "tags", "label_names": ["O", "B-NUM", "I-NUM"],
-        "metrics": ["f1"], "settings": {"seqeval_mode": "strict"},
-        "data": {split: {"path": "my/chunks", "split": split} for split in ("train", "validation")}}))
+    (tasks / "chunks.yaml").write_text(
+        json.dumps(
+            {
+                "task": "chunks",
+                "head": "token_classification",
+                "languages": ["xx"],
+                "default_protocol": "in_language",
+                "text_columns": ["words"],
+                "label_column": "tags",
+                "label_names": ["O", "B-NUM", "I-NUM"],
+                "metrics": ["f1"],
+                "settings": {"seqeval_mode": "strict"},
+                "data": {split: {"path": "my/chunks", "split": split} for split in ("train", "validation")},
+            }
+        )
+    )
     digits = ["one", "two", "three", "four"]
     filler = ["the", "cat", "sat", "on", "a", "mat", "and", "ran", "far", "away"]
 
@@ -126,8 +168,13 @@ def test_a_task_written_into_a_temporary_folder_trains(tmp_path):
     data.mkdir()
     for split, n in (("train", 200), ("validation", 40)):
         (data / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows(n, len(split))))
-    config = write_config(tmp_path / "user.yaml", tmp_path / "run", [{"name": "chunks"}], 40,
-                          data={"task_dirs": [str(tasks)], "sources": {"my/chunks": str(data / "{split}.jsonl")}})
+    config = write_config(
+        tmp_path / "user.yaml",
+        tmp_path / "run",
+        [{"name": "chunks"}],
+        40,
+        data={"task_dirs": [str(tasks)], "sources": {"my/chunks": str(data / "{split}.jsonl")}},
+    )
     result = run_cli("--config", str(config))
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = json.loads((tmp_path / "run/metrics.json").read_text())
@@ -141,20 +188,36 @@ def test_prefetch_caches_every_split_of_a_config_and_writes_no_run(tmp_path):
     out = tmp_path / "never"
     cache = tmp_path / "cache"
     overrides = [f"data.sources.{hub}={REPO / local}" for hub, local in FIXTURE_SOURCES.items()]
-    result = run_cli("--config", "configs/xtreme_zero_shot.yaml", "--prefetch", "model.backbone=tiny",
-                     "data.tasks.0.languages=[en,ja,sw]", f"run.output_dir={out}", f"data.cache_dir={cache}", *overrides)
+    result = run_cli(
+        "--config",
+        "configs/xtreme_zero_shot.yaml",
+        "--prefetch",
+        "model.backbone=tiny",
+        "data.tasks.0.languages=[en,ja,sw]",
+        f"run.output_dir={out}",
+        f"data.cache_dir={cache}",
+        *overrides,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     lines = result.stdout.strip().splitlines()
     # zero-shot: WikiANN en train + 3 validation configs; TyDiQA's one train and one validation split (all
     # languages); MultiNLI train + 15 XNLI validation configs
     assert len(lines) == 4 + 2 + 16, lines
     assert "cached unimelb-nlp/wikiann (config en) split train from" in lines[0] and lines[0].endswith("160 rows")
-    assert any(line.startswith("cached google-research-datasets/tydiqa (config secondary_task) split train")
-               and line.endswith("1080 rows") for line in lines)
+    assert any(
+        line.startswith("cached google-research-datasets/tydiqa (config secondary_task) split train")
+        and line.endswith("1080 rows")
+        for line in lines
+    )
     assert any(p.suffix == ".arrow" for p in cache.rglob("*"))
     assert not out.exists()
-    bad = run_cli("--config", "configs/xtreme_zero_shot.yaml", "--prefetch", "data.tasks.0.name=wikiannn",
-                  f"data.cache_dir={cache}")
+    bad = run_cli(
+        "--config",
+        "configs/xtreme_zero_shot.yaml",
+        "--prefetch",
+        "data.tasks.0.name=wikiannn",
+        f"data.cache_dir={cache}",
+    )
     assert bad.returncode == 2 and "error: unknown task 'wikiannn'" in bad.stderr
 
 
@@ -162,14 +225,22 @@ def test_prefetch_caches_every_split_of_a_config_and_writes_no_run(tmp_path):
 def test_two_processes_with_mixed_heads_match_one_under_zero2_and_lfmlf(tmp_path):
     """Token, QA and classification rows split over two ranks (a rank often lacks a head's rows in a step):
     every head still takes part, per-objective means stay exact, LF-MLF's Gram is the same."""
-    tasks = [{**MIXED_TASKS[0], "max_train_examples": 60, "max_eval_examples": 10},
-             {**MIXED_TASKS[1], "max_train_examples": 60, "max_eval_examples": 10},
-             {**MIXED_TASKS[2], "max_train_examples": 60, "max_eval_examples": 10}]
+    tasks = [
+        {**MIXED_TASKS[0], "max_train_examples": 60, "max_eval_examples": 10},
+        {**MIXED_TASKS[1], "max_train_examples": 60, "max_eval_examples": 10},
+        {**MIXED_TASKS[2], "max_train_examples": 60, "max_eval_examples": 10},
+    ]
     runs = {}
     for procs, micro in ((1, 16), (2, 8)):
         out = tmp_path / f"procs{procs}"
-        config = write_config(tmp_path / f"c{procs}.yaml", out, tasks, 8,
-                              weighting={"method": "lfmlf"}, logging={"every_steps": 1, "progress_bar": False})
+        config = write_config(
+            tmp_path / f"c{procs}.yaml",
+            out,
+            tasks,
+            8,
+            weighting={"method": "lfmlf"},
+            logging={"every_steps": 1, "progress_bar": False},
+        )
         overrides = [f"training.micro_batch_size={micro}", "training.deepspeed_config=configs/deepspeed/zero2.json"]
         result = (run_cli if procs == 1 else run_torchrun)("--config", str(config), *overrides)
         assert result.returncode == 0, result.stderr[-4000:]

@@ -20,9 +20,22 @@ def test_shortened_demo_learns_and_reports(tmp_path):
     out = tmp_path / "demo"
     # full fine-tuning learns the fixture within 120 steps; Multi-LoRA (the demo's method) is held to its own bar in
     # tests/test_multi_lora.py
-    result = run_cli("--config", "configs/demo.yaml", *demo_overrides(out, 120, **{
-        "evaluation.every_steps": 60, "checkpointing.every_steps": 60, "model.adapter.method": "full",
-        "training.optimizer.lr": 1e-3, "pretrain.before_finetune": "false", "forgetting.enabled": "false"}))
+    result = run_cli(
+        "--config",
+        "configs/demo.yaml",
+        *demo_overrides(
+            out,
+            120,
+            **{
+                "evaluation.every_steps": 60,
+                "checkpointing.every_steps": 60,
+                "model.adapter.method": "full",
+                "training.optimizer.lr": 1e-3,
+                "pretrain.before_finetune": "false",
+                "forgetting.enabled": "false",
+            },
+        ),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["step"] == 120
@@ -49,14 +62,24 @@ def test_shortened_demo_learns_and_reports(tmp_path):
     assert any(k.startswith("heads.xnli.") for k in state) and any(k.startswith("encoder.") for k in state)
 
 
-RESUME_RUN = {"checkpointing.every_steps": 10, "evaluation.every_steps": 10,
-              "data.tasks.0.languages": "[en,de]", "model.dropout": 0.1}
+RESUME_RUN = {
+    "checkpointing.every_steps": 10,
+    "evaluation.every_steps": 10,
+    "data.tasks.0.languages": "[en,de]",
+    "model.dropout": 0.1,
+}
 
 
 def kill_run(mode: str, step: int, out: Path) -> subprocess.CompletedProcess:
     args = ["--config", "configs/demo.yaml", *demo_overrides(out, 30, **RESUME_RUN)]
-    return subprocess.run([sys.executable, "tests/e2e/helpers/kill_during_run.py", mode, str(step), *args],
-                          cwd=REPO, capture_output=True, text=True, env=clean_env(OMP_NUM_THREADS="2"), timeout=600)
+    return subprocess.run(
+        [sys.executable, "tests/e2e/helpers/kill_during_run.py", mode, str(step), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=clean_env(OMP_NUM_THREADS="2"),
+        timeout=600,
+    )
 
 
 def final_state(out: Path) -> dict[str, torch.Tensor]:
@@ -84,7 +107,9 @@ def test_resume_after_sigkill_matches_uninterrupted_run(tmp_path, uninterrupted,
         assert complete == ["step-00000010", "step-00000020"]
     resumed = run_cli("--config", "configs/demo.yaml", *demo_overrides(out, 30, **RESUME_RUN), "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"resumed from {out}/checkpoints/step-{expect_resume_step:08d} at step {expect_resume_step}" in resumed.stderr
+    assert (
+        f"resumed from {out}/checkpoints/step-{expect_resume_step:08d} at step {expect_resume_step}" in resumed.stderr
+    )
     expected, got = final_state(uninterrupted), final_state(out)
     assert expected.keys() == got.keys()
     for key in expected:
@@ -101,7 +126,8 @@ def test_output_dir_holding_another_run_is_refused(uninterrupted):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == (
         f"error: output directory {uninterrupted} holds another run; set run.resume=true to continue it, "
-        "run.overwrite=true to replace it, or choose another run.output_dir")
+        "run.overwrite=true to replace it, or choose another run.output_dir"
+    )
     assert "Traceback" not in result.stderr
     assert (uninterrupted / "config.yaml").read_text() == before
 
@@ -116,12 +142,17 @@ def test_resume_with_a_different_config_is_refused(uninterrupted):
     [
         ("data.tasks.0.languages=[en,xx]", "task 'xnli' has no language(s) xx"),
         ("data.tasks.0.name=nli", "unknown task 'nli'; available tasks: "),
-        ("data.sources.facebook/xnli=/nonexistent/{name}/{split}.jsonl", "dataset file not found: /nonexistent/en/train.jsonl"),
+        (
+            "data.sources.facebook/xnli=/nonexistent/{name}/{split}.jsonl",
+            "dataset file not found: /nonexistent/en/train.jsonl",
+        ),
         ("training.deepspeed_config=configs/deepspeed/none.json", "training.deepspeed_config: file not found"),
         ("evaluation.metric_for_best=xnli/f1", "evaluation.metric_for_best='xnli/f1' is not a metric of this run"),
         ("model.adapter.method=lora", "weighting.method=lfmlf needs per-objective gradients"),
-        ("model.adapter.method=multi_lora model.adapter.granularity=objective data.tasks.0.protocol=zero_shot",
-         "the evaluated xnli/de, xnli/ar, xnli/zh are not trained (zero-shot)"),
+        (
+            "model.adapter.method=multi_lora model.adapter.granularity=objective data.tasks.0.protocol=zero_shot",
+            "the evaluated xnli/de, xnli/ar, xnli/zh are not trained (zero-shot)",
+        ),
         ("model.adapter.method=head weighting.shared=encoder", "no trainable parameter is shared by two objectives"),
     ],
 )
@@ -137,11 +168,25 @@ def test_bad_input_fails_in_one_line_and_writes_nothing(tmp_path, override, mess
 
 def test_sgd_cosine_accumulation_and_tensorboard(tmp_path):
     out = tmp_path / "sgd"
-    result = run_cli("--config", "configs/demo.yaml", *demo_overrides(out, 12, **{
-        "training.optimizer.name": "sgd", "training.optimizer.lr": 0.05, "training.scheduler.name": "cosine",
-        "training.scheduler.warmup_steps": 3, "training.gradient_accumulation_steps": 2,
-        "training.micro_batch_size": 8, "logging.tensorboard": "true", "logging.every_steps": 1,
-        "data.tasks.0.languages": "[en]"}))
+    result = run_cli(
+        "--config",
+        "configs/demo.yaml",
+        *demo_overrides(
+            out,
+            12,
+            **{
+                "training.optimizer.name": "sgd",
+                "training.optimizer.lr": 0.05,
+                "training.scheduler.name": "cosine",
+                "training.scheduler.warmup_steps": 3,
+                "training.gradient_accumulation_steps": 2,
+                "training.micro_batch_size": 8,
+                "logging.tensorboard": "true",
+                "logging.every_steps": 1,
+                "data.tasks.0.languages": "[en]",
+            },
+        ),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     train = [e for e in read_jsonl(out / "metrics.jsonl") if e["kind"] == "train"]
     lrs = [e["lr"] for e in train]

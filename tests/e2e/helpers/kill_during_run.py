@@ -1,7 +1,7 @@
 """Run ``run.py`` but SIGKILL the process at a chosen point of checkpointing, as a crash would.
 
-    python tests/e2e/helpers/kill_during_run.py after 20 --config ...    # right after checkpoint 20 is complete
-    python tests/e2e/helpers/kill_during_run.py during 20 --config ...   # while writing checkpoint 20
+python tests/e2e/helpers/kill_during_run.py after 20 --config ...    # right after checkpoint 20 is complete
+python tests/e2e/helpers/kill_during_run.py during 20 --config ...   # while writing checkpoint 20
 """
 
 import os
