@@ -35,12 +35,17 @@ import sys
 from mtft.cli import train_parser
 from mtft.commands import COMMANDS, run_command
 from mtft.config import config_to_yaml, load_config
-from mtft.core.errors import Interrupted, UserError
+from mtft.core.errors import ConfigError, Interrupted, UserError, shorten
 
 
 def main(argv: list[str]) -> int:
     if argv and argv[0] in COMMANDS:
         return run_command(argv[0], argv[1:])
+    if argv and not argv[0].startswith("-") and "=" not in argv[0]:  # not an option, not an override
+        raise ConfigError(
+            f"unknown command {shorten(argv[0])!r}; commands: {', '.join(COMMANDS)}, "
+            "or train with run.py --config <file> [key.sub=value ...]"
+        )
     args = train_parser().parse_args(argv)
     overrides = args.overrides + (["run.resume=true"] if args.resume else [])
     config = load_config(args.config, overrides)

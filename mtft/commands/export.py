@@ -24,6 +24,7 @@ from safetensors.torch import save_file
 from mtft.adapters import METHODS, AdapterMethod
 from mtft.core.atomic import AtomicFolder, write_json
 from mtft.core.errors import CheckpointError
+from mtft.core.paths import inside
 from mtft.training.restore import LoadedRun, load_run
 
 
@@ -54,6 +55,8 @@ def export_run(run_dir: Path, out: Path, checkpoint: Optional[Path] = None) -> l
     """Write every adapter of ``run_dir`` under ``out`` (which must not exist or be empty); return the
     adapter directories. Written as one atomic folder (:mod:`mtft.core.atomic`): a failure leaves nothing behind."""
     out = Path(out)
+    # never delete or replace what mtft did not write: only a missing or empty --out is written (an empty
+    # folder holds nothing to lose), not even an earlier export
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise CheckpointError(f"export directory {out} exists and is not empty; choose another --out")
     run = load_run(run_dir, checkpoint)
@@ -67,7 +70,7 @@ def export_run(run_dir: Path, out: Path, checkpoint: Optional[Path] = None) -> l
     with AtomicFolder(out).writing(kind="export", method=method) as partial:
         base_ref = _write_base(run, partial)
         for slot, (name, task) in enumerate(slots):
-            folder = partial / name
+            folder = inside(partial, *name.split("/"))  # an objective's slot is <task>/<language>
             peft_model_for(run.model.encoder, run.method, slot, name, base_ref).save_pretrained(str(folder))
             _write_head(run, task, folder)
         write_json(
@@ -80,7 +83,7 @@ def export_run(run_dir: Path, out: Path, checkpoint: Optional[Path] = None) -> l
                 "adapters": {name: task for name, task in slots},
             },
         )
-    return [out / name for name, _ in slots]
+    return [inside(out, *name.split("/")) for name, _ in slots]
 
 
 def _slots(run: LoadedRun) -> list[tuple[str, str]]:

@@ -14,9 +14,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from mtft.core.errors import ConfigError, DataError
+from mtft.core.errors import ConfigError, DataError, echo, shorten
+from mtft.core.safe_yaml import load_yaml, read_text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -97,11 +96,9 @@ def main(args: argparse.Namespace) -> int:
 
 def read_predictions(path: Path, task: str) -> tuple[dict[str, Any], dict[str, int]]:
     """id -> prediction and id -> line number, refusing malformed lines and duplicate ids (naming the line)."""
-    if not path.is_file():
-        raise DataError(f"predictions file not found: {path}")
     predictions: dict[str, Any] = {}
     rows: dict[str, int] = {}
-    lines = path.read_text(encoding="utf-8").split("\n")
+    lines = read_text(path, "predictions file", DataError).split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # the final newline
     for number, line in enumerate(lines, start=1):
@@ -115,9 +112,9 @@ def read_predictions(path: Path, task: str) -> tuple[dict[str, Any], dict[str, i
             raise DataError(f'{where}: expected an object with exactly the keys "id" and "prediction", got {keys}')
         key = row["id"]
         if not isinstance(key, str):
-            raise DataError(f"{where}: the id must be a string, got {key!r}")
+            raise DataError(f"{where}: the id must be a string, got {echo(key)}")
         if key in predictions:
-            raise DataError(f"{where}: duplicate id {key!r} (first on row {rows[key]})")
+            raise DataError(f"{where}: duplicate id {echo(key)} (first on row {rows[key]})")
         predictions[key], rows[key] = row["prediction"], number
     if not predictions:
         raise DataError(f"{path}: task {task!r}: the predictions file is empty")
@@ -142,5 +139,5 @@ def _settings(items: list[str]) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"--setting {item!r}: expected KEY=VALUE")
-        settings[key] = yaml.safe_load(value)
+        settings[key] = load_yaml(value, f"--setting {shorten(item)}") if value.strip() else None
     return settings

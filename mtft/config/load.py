@@ -10,7 +10,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from mtft.config.schema import RunConfig
-from mtft.core.errors import ConfigError
+from mtft.core.errors import ConfigError, echo, shorten
+from mtft.core.safe_yaml import load_yaml, read_text
 
 
 def load_config(path: str | Path, overrides: Iterable[str] = ()) -> RunConfig:
@@ -26,15 +27,7 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> RunConfig:
 
 
 def read_yaml_mapping(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        line = f" (line {where.line + 1}, column {where.column + 1})" if where else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{path}: malformed YAML{line}: {problem}") from None
+    data = load_yaml(read_text(path, "config file"), str(path))
     if data is None:
         raise ConfigError(f"{path}: the config file is empty")
     if not isinstance(data, dict):
@@ -48,8 +41,8 @@ def parse_override(item: str) -> tuple[str, Any]:
     if not sep or not key or any(not part for part in key.split(".")):
         raise ConfigError(f"bad override {item!r}: expected key.sub=value, e.g. training.max_steps=100")
     try:
-        value = yaml.safe_load(text) if text.strip() else None
-    except yaml.YAMLError:
+        value = load_yaml(text, f"override {key!r}") if text.strip() else None
+    except ConfigError:
         value = text  # an unparsable value is taken as the literal string; validation judges it
     return key, value
 
@@ -106,8 +99,8 @@ def _describe(err: dict[str, Any], source: str, overridden: set[str]) -> str:
     if kind == "missing":
         return f"{where}: required key '{key}' is missing"
     got = err.get("input")
-    got_text = "" if isinstance(got, (dict, list)) else f" (got {got!r})"
-    message = err["msg"]
+    got_text = "" if isinstance(got, (dict, list)) else f" (got {echo(got)})"
+    message = shorten(err["msg"])
     if kind == "value_error":
         message = message.removeprefix("Value error, ")
     if kind in ("literal_error", "enum"):

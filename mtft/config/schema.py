@@ -11,9 +11,13 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from mtft.core.errors import echo, shorten
+from mtft.core.paths import name_problem
+
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # inf and nan are refused: a learning rate of .inf trains nothing but NaNs without any error
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class RunSection(Section):
@@ -150,12 +154,24 @@ class TaskSelection(Section):
         "max_answer_length: 30} for question answering; see tasks/README.md). Checked when the task loads.",
     )
 
+    @field_validator("name")
+    @classmethod
+    def _name_is_a_file_name(cls, value: str) -> str:
+        problem = name_problem(value)
+        if problem:
+            raise ValueError(f"task name {problem}")
+        return value
+
     @field_validator("languages")
     @classmethod
     def _nonempty_unique(cls, value: Optional[list[str]]) -> Optional[list[str]]:
         if value is not None:
             if not value:
                 raise ValueError("must list at least one language")
+            for language in value:
+                problem = name_problem(language)
+                if problem:
+                    raise ValueError(f"language {problem}")
             if len(set(value)) != len(value):
                 raise ValueError(f"lists a language twice: {value}")
         return value
@@ -227,7 +243,9 @@ class WeightingSection(Section):
         try:
             weighting_class(self.method)(**self.options)
         except (TypeError, ValueError) as error:
-            raise ValueError(f"options {self.options} do not fit weighting {self.method!r}: {error}") from None
+            raise ValueError(
+                f"options {echo(self.options)} do not fit weighting {self.method!r}: {shorten(str(error))}"
+            ) from None
         return self
 
 

@@ -2,8 +2,25 @@
 
 Anything the user can fix (a config, a data file, a CLI flag, a checkpoint) raises a subclass of
 :class:`UserError`. ``run.py`` prints it as one line and exits with status 2 -- no stack trace -- while
-genuine bugs still surface as ordinary exceptions with their traceback.
+genuine bugs still surface as ordinary exceptions with their traceback. A message echoes a user's value through
+:func:`echo`, which bounds it: a 1 KB config can hold a value that prints as megabytes.
 """
+
+from typing import Any
+
+#: the most of a user's value an error message echoes
+MAX_ECHO = 200
+
+
+def echo(value: Any) -> str:
+    """``repr(value)`` on one line, cut to :data:`MAX_ECHO` characters."""
+    return shorten(repr(value))
+
+
+def shorten(text: str) -> str:
+    """``text`` on one line, cut to :data:`MAX_ECHO` characters (saying how long it was)."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= MAX_ECHO else f"{text[:MAX_ECHO]}... ({len(text)} characters)"
 
 
 class UserError(Exception):

@@ -68,14 +68,37 @@ def load_split(
             cache_dir=cache_dir,
         )
     except (ConnectionError, FileNotFoundError, ValueError, datasets.exceptions.DatasetNotFoundError) as exc:
-        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         hint = ""
         if resolved.path == ref.path and not Path(ref.path).exists():
             hint = (
                 "; without Hub access, map the id to a local copy with data.sources, or load it once where "
                 "the Hub is reachable so that the datasets cache holds it"
             )
-        raise DataError(f"cannot load {ref.describe()}: {detail}{hint}") from None
+        raise DataError(f"cannot load {_what(ref, resolved)}: {_detail(exc)}{hint}") from None
+    except (StopIteration, datasets.exceptions.DatasetGenerationError, UnicodeDecodeError, OSError) as exc:
+        # a local file the user wrote: empty (StopIteration in the json builder), a malformed line, not UTF-8
+        raise DataError(f"cannot load {_what(ref, resolved)}: {_detail(exc)}") from None
+
+
+def _what(ref: DatasetRef, resolved: DatasetRef) -> str:
+    """The file the user wrote when the split comes from one (not the packaged builder's 'json split train')."""
+    if resolved.data_files is not None:
+        return f"{resolved.data_files} (for {ref.describe()})"
+    return ref.describe() if resolved == ref else f"{resolved.path} (for {ref.describe()})"
+
+
+def _detail(exc: BaseException) -> str:
+    """The root cause of ``exc`` in one line of at most 200 characters (``datasets`` wraps the parser's error)."""
+    if isinstance(exc, StopIteration):
+        return "the file is empty (no rows)"
+    while exc.__cause__ is not None or (exc.__context__ is not None and not str(exc).strip()):
+        exc = exc.__cause__ or exc.__context__
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 text (byte {exc.start})"
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, datasets.exceptions.DatasetGenerationError):
+        text = f"{text} (a malformed row?)"
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 def _local_cache_dir(resolved: DatasetRef, cache_dir: Optional[str]) -> str:

@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Iterator, Mapping, Optional, Sequence
 import datasets
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from mtft.core.errors import ConfigError, DataError
+from mtft.core.errors import ConfigError, DataError, echo, shorten
 from mtft.tasks.hidden import HIDDEN_ENCODED, check_not_hidden, is_hidden
 
 
@@ -102,8 +102,8 @@ class Task:
                 or "none"
             )
             problems = "; ".join(
-                f"settings.{'.'.join(map(str, e['loc']))}: {e['msg']}"
-                + ("" if isinstance(e.get("input"), (dict, list)) else f" (got {e.get('input')!r})")
+                f"settings.{'.'.join(map(str, e['loc']))}: {shorten(e['msg'])}"
+                + ("" if isinstance(e.get("input"), (dict, list)) else f" (got {echo(e.get('input'))})")
                 for e in exc.errors()
             )
             raise ConfigError(f"{where}: task {self.name!r}: {problems}; valid settings: {valid}") from None

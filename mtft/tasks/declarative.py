@@ -17,25 +17,42 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Optional
 
-import yaml
-
 from mtft.core.errors import ConfigError
+from mtft.core.paths import check_name
+from mtft.core.safe_yaml import load_yaml, read_text
 from mtft.tasks.base import Task
 from mtft.tasks.kinds import task_kind
 
 _NOT_IN_FILES = {"folder"}
 
 
-def load_task_file(path: Path) -> Optional[Task]:
-    """The task declared in ``path``; None for a YAML file that declares no task (no top-level ``task``)."""
-    try:
-        spec = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"task file {path}: malformed YAML: {str(exc).splitlines()[0]}") from None
+def read_task_spec(path: Path) -> Optional[dict[str, Any]]:
+    """The fields ``path`` declares, its task and language names checked (they become file names); None for a
+    YAML file that declares no task (no top-level ``task``). Runs no code: ``class:`` is not resolved here."""
+    path = Path(path)
+    spec = load_yaml(read_text(path, "task file"), f"task file {path}")
     if not isinstance(spec, dict) or "task" not in spec:
         return None
     spec = dict(spec)
-    spec["name"] = spec.pop("task")
+    spec["name"] = check_name(spec.pop("task"), f"task file {path}: task")
+    languages = spec.get("languages")
+    if not isinstance(languages, list) or not languages:
+        raise ConfigError(f"task file {path}: 'languages' must be a non-empty list of language names")
+    for language in languages:
+        check_name(language, f"task file {path}: languages")
+    return spec
+
+
+def load_task_file(path: Path) -> Optional[Task]:
+    """The task declared in ``path``; None for a YAML file that declares no task (no top-level ``task``).
+    A ``class:`` plug-in is imported here, so call it only for a task the run uses (see :mod:`registry`)."""
+    spec = read_task_spec(path)
+    return None if spec is None else build_task(spec, Path(path))
+
+
+def build_task(spec: dict[str, Any], path: Path) -> Task:
+    """The task of a spec read by :func:`read_task_spec` (imports its ``class:`` plug-in, if any)."""
+    spec = dict(spec)
     head = spec.get("head", "sequence_classification")
     try:
         default_class = task_kind(head)
@@ -102,8 +119,15 @@ def _import_module(module_name: str, reference: str, path: Path) -> ModuleType:
         return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name is None or not (module_name == exc.name or module_name.startswith(exc.name + ".")):
-            raise  # the module exists but one of its own imports is missing
+            raise ConfigError(  # the module exists but one of its own imports is missing
+                f"task file {path}: class {reference!r}: importing {module_name} needs {exc.name!r}, not installed"
+            ) from None
         raise ConfigError(f"task file {path}: class {reference!r}: no module named {module_name!r}") from None
+    except Exception as exc:
+        raise ConfigError(
+            f"task file {path}: class {reference!r}: {module_name} failed on import: {type(exc).__name__}: "
+            f"{' '.join(str(exc).split())[:200]}"
+        ) from None
 
 
 def _module_beside(module_name: str, reference: str, path: Path) -> ModuleType:
@@ -117,5 +141,12 @@ def _module_beside(module_name: str, reference: str, path: Path) -> ModuleType:
     module_spec = importlib.util.spec_from_file_location(unique, module_path)
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[unique] = module
-    module_spec.loader.exec_module(module)
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:  # the plug-in's own bug: name the file the user wrote, on one line
+        sys.modules.pop(unique, None)
+        raise ConfigError(
+            f"task file {path}: class {reference!r}: {module_path} failed on import: {type(exc).__name__}: "
+            f"{' '.join(str(exc).split())[:200]}"
+        ) from None
     return module

@@ -11,6 +11,7 @@ import yaml
 from mtft.adapters import AdapterMethod, build_method
 from mtft.config.paths import cache_dir
 from mtft.config.schema import RunConfig
+from mtft.core.atomic import marker
 from mtft.core.errors import ConfigError
 from mtft.data.pipeline import PreparedData
 from mtft.models.backbone import build_encoder
@@ -107,6 +108,8 @@ def check_metric_for_best(config: RunConfig, data: PreparedData) -> None:
 def check_output_dir(config: RunConfig) -> Optional[Path]:
     """Refuse an output directory that holds something else; return the checkpoint to resume from."""
     run_dir = Path(config.run.output_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"run.output_dir {run_dir} is a file, not a directory; choose another run.output_dir")
     if not run_dir.exists() or not any(run_dir.iterdir()):
         return None
     saved = run_dir / "config.yaml"
@@ -115,6 +118,13 @@ def check_output_dir(config: RunConfig) -> Optional[Path]:
             f"output directory {run_dir} is not empty and holds no mtft run; choose another run.output_dir"
         )
     if config.run.overwrite and not config.run.resume:
+        # only a folder mtft provably wrote (its completeness marker says "run") is ever replaced: a config.yaml
+        # alone proves nothing, and overwrite deletes the whole folder
+        if marker(run_dir).get("kind") != "run":
+            raise ConfigError(
+                f"run.overwrite=true: {run_dir} is not an mtft run directory (no COMPLETE marker of kind 'run'), so "
+                "it is not replaced; choose another run.output_dir"
+            )
         return None
     if not config.run.resume:
         raise ConfigError(

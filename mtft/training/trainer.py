@@ -22,6 +22,7 @@ from mtft.config.schema import RunConfig
 from mtft.core.atomic import AtomicFolder, recover, write_json
 from mtft.core.distributed import barrier, init_distributed
 from mtft.core.errors import CheckpointError, ConfigError, Interrupted
+from mtft.core.paths import inside
 from mtft.data.batching import BatchBuilder
 from mtft.data.pipeline import PreparedData, prepare_data
 from mtft.data.sampler import MultiObjectiveSampler, mixing_probabilities
@@ -364,10 +365,11 @@ class Run:
 
     def _finish(self, final: Evaluation) -> None:
         cfg = self.config
-        predictions = self.run_dir / "predictions" / cfg.evaluation.split
         for (task, lang), rows in final.predictions.items():
-            (predictions / task).mkdir(parents=True, exist_ok=True)
-            with (predictions / task / f"{lang}.jsonl").open("w", encoding="utf-8") as handle:
+            # every name-built path goes through inside(): it cannot leave the run directory
+            path = inside(self.run_dir, "predictions", cfg.evaluation.split, task, f"{lang}.jsonl")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("w", encoding="utf-8") as handle:
                 handle.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
         write_json(self.run_dir / "metrics.json", {"step": self.step, **final.metrics})
         objectives = [

@@ -11,7 +11,7 @@ import yaml
 from safetensors.torch import load_file
 from transformers import AutoModel, AutoTokenizer
 
-from mtft.models.heads import build_head
+from mtft.tasks.kinds import build_head
 from mtft.training.restore import load_run
 from tests.conftest import demo_overrides, run_cli
 from tests.e2e.test_distributed import second_task

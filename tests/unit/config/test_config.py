@@ -172,3 +172,39 @@ def test_deepspeed_config_comes_from_the_run_config(tmp_path, monkeypatch):
     config.training.deepspeed_config = str(clash)
     with pytest.raises(ConfigError, match="remove gradient_clipping from the DeepSpeed JSON"):
         deepspeed_config(config, 1)
+
+
+def test_non_finite_numbers_and_bad_names_are_refused(tmp_path):
+    path = write(tmp_path, MINIMAL)
+    for override, message in [
+        ("training.optimizer.lr=.inf", "finite number"),
+        ("training.optimizer.lr=.nan", "finite number"),
+        ("data.tasks.0.languages=[../../x]", "language '../../x' is not a valid name"),
+        ("data.tasks.0.name=/tmp/x", "task name '/tmp/x' is not a valid name"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            load_config(path, [override])
+
+
+def test_overwrite_replaces_only_an_mtft_run_directory(tmp_path):
+    """A folder holding a config.yaml proves nothing: only the COMPLETE marker of kind "run" allows overwrite."""
+    from mtft.core.atomic import AtomicFolder
+    from mtft.training.setup import check_output_dir
+
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "config.yaml").write_text("mine: true\n")
+    config = load_config(write(tmp_path, MINIMAL), [f"run.output_dir={foreign}", "run.overwrite=true"])
+    with pytest.raises(ConfigError, match="is not an mtft run directory"):
+        check_output_dir(config)
+    assert sorted(p.name for p in foreign.iterdir()) == ["config.yaml"]
+    with AtomicFolder(tmp_path / "run").writing(kind="run") as folder:
+        (folder / "config.yaml").write_text("run: {}\n")
+    config = load_config(write(tmp_path, MINIMAL), [f"run.output_dir={tmp_path / 'run'}", "run.overwrite=true"])
+    assert check_output_dir(config) is None
+
+
+def test_long_values_are_not_echoed_whole(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, MINIMAL), ["training.max_steps=" + "9x" * 50000])
+    assert len(str(info.value)) < 600

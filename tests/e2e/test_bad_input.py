@@ -1,0 +1,223 @@
+"""A hostile user's inputs, table-driven: each ends in one error line (exit 2), never a traceback, never a long
+message, and leaves no file behind (no run directory, no half-written output, nothing replaced).
+
+Cases that fail before any training starts run in one helper process (``helpers/run_cases.py``: ``run.py``'s own
+``__main__`` block per case, torch imported once); cases that get as far as loading data or task plug-ins run as
+their own ``python run.py`` process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import BASE_CONFIG, REPO, clean_env, run_cli
+
+BASE = ["--config", BASE_CONFIG]
+SENTIMENT = json.dumps(
+    {
+        "task": "sent",
+        "languages": ["en"],
+        "default_protocol": "in_language",
+        "text_columns": ["text"],
+        "label_names": ["neg", "pos"],
+        "metrics": ["accuracy"],
+        "data": {
+            "train": {"path": "my/sent", "name": "{language}", "split": "train"},
+            "validation": {"path": "my/sent", "name": "{language}", "split": "validation"},
+        },
+    }
+)
+GOOD_ROWS = "".join(json.dumps({"text": f"good {i}", "label": ["neg", "pos"][i % 2]}) + "\n" for i in range(8))
+# the user task above, its data from {tmp}/data/en/<split>.jsonl
+SENT_RUN = [
+    *BASE,
+    "run.output_dir={tmp}/run",
+    "training.max_steps=2",
+    "evaluation.metric_for_best=null",
+    "data.task_dirs=[{tmp}/tasks]",
+    "data.tasks=[{name: sent, languages: [en]}]",
+    "data.sources.my/sent={tmp}/data/{{name}}/{{split}}.jsonl",
+]
+ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a]\nweighting: {options: {foo: *b}}\n"
+FOREIGN = {"keep/config.yaml": "mine: true\n", "keep/precious.txt": "do not delete\n"}
+
+# id: (argv, files to create under {tmp} first, a fragment the error line must hold)
+FAST = {
+    "config-missing": (["--config", "{tmp}/none.yaml"], {}, "config file not found"),
+    "config-is-dir": (["--config", "{tmp}"], {}, "is a directory"),
+    "config-not-utf8": (["--config", "{tmp}/c.yaml"], {"c.yaml": b"run:\n  name: \xff\xfe\n"}, "not UTF-8"),
+    "config-empty": (["--config", "{tmp}/c.yaml"], {"c.yaml": ""}, "empty"),
+    "config-a-list": (["--config", "{tmp}/c.yaml"], {"c.yaml": "- 1\n- 2\n"}, "must be a mapping"),
+    "config-malformed": (["--config", "{tmp}/c.yaml"], {"c.yaml": "run: [1,\n"}, "malformed YAML"),
+    "config-alias-bomb": (["--config", "{tmp}/c.yaml"], {"c.yaml": ALIAS_BOMB}, "aliases"),
+    "unknown-key": ([*BASE, "colour=blue"], {}, "unknown key 'colour'"),
+    "unknown-nested-key": ([*BASE, "training.colour=blue"], {}, "unknown key 'training.colour'"),
+    "wrong-type": ([*BASE, "training.max_steps=abc"], {}, "training.max_steps"),
+    "out-of-range": ([*BASE, "training.max_steps=0"], {}, "training.max_steps"),
+    "lr-inf": ([*BASE, "training.optimizer.lr=.inf"], {}, "finite"),
+    "lr-nan": ([*BASE, "training.optimizer.lr=.nan"], {}, "finite"),
+    "override-no-equals": ([*BASE, "training.max_steps"], {}, "bad override"),
+    "override-bad-index": ([*BASE, "data.tasks.5.name=x"], {}, "is not an index"),
+    "override-alias": ([*BASE, "weighting.options=&a {x: *a}"], {}, "weighting"),
+    "unknown-command": (["frobnicate"], {}, "unknown command 'frobnicate'"),
+    "no-config": ([], {}, "--config"),
+    "language-dotdot": ([*BASE, "data.tasks.0.languages=[../../../../x]"], {}, "not a valid name"),
+    "language-absolute": ([*BASE, "data.tasks.0.languages=[/tmp/x]"], {}, "not a valid name"),
+    "task-absolute": ([*BASE, "data.tasks.0.name=/tmp/x"], {}, "not a valid name"),
+    "task-dotdot": ([*BASE, "data.tasks.0.name=../x"], {}, "not a valid name"),
+    "task-name-dots": ([*BASE, "data.tasks.0.name=a..b"], {}, "not a valid name"),
+    "no-tasks": ([*BASE, "data.tasks=[]"], {}, "data.tasks"),
+    "duplicate-language": ([*BASE, "data.tasks.0.languages=[en,en]"], {}, "twice"),
+    "unknown-weighting": ([*BASE, "weighting.method=nope"], {}, "weighting"),
+    "weighting-huge-option": ([*BASE, "weighting.options={foo: " + "x" * 5000 + "}"], {}, "characters"),
+    "unknown-adapter": ([*BASE, "model.adapter.method=nope"], {}, "model.adapter.method"),
+    "eval-split": ([*BASE, "evaluation.split=train"], {}, "evaluation.split"),
+    "deepspeed-missing": ([*BASE, "training.deepspeed_config={tmp}/none.json"], {}, "not found"),
+    "deepspeed-bad-json": ([*BASE, "training.deepspeed_config={tmp}/ds.json"], {"ds.json": "{nope"}, "ds.json"),
+    "print-config-bad": ([*BASE, "--print-config", "colour=1"], {}, "unknown key"),
+    "overwrite-foreign": (
+        [*BASE, "run.output_dir={tmp}/keep", "run.overwrite=true"],
+        FOREIGN,
+        "not an mtft run directory",
+    ),
+    "output-dir-is-file": ([*BASE, "run.output_dir={tmp}/f"], {"f": "x"}, "is a file"),
+    "resume-foreign": ([*BASE, "run.output_dir={tmp}/keep", "--resume"], FOREIGN, "cannot resume"),
+    "score-no-task": (["score", "--predictions", "x"], {}, "--task"),
+    "score-missing-predictions": (
+        ["score", "--task", "xnli/en", "--predictions", "{tmp}/none.jsonl"],
+        {},
+        "not found",
+    ),
+    "score-predictions-dir": (["score", "--task", "xnli/en", "--predictions", "{tmp}"], {}, "is a directory"),
+    "score-predictions-not-utf8": (
+        ["score", "--task", "xnli/en", "--predictions", "{tmp}/p.jsonl"],
+        {"p.jsonl": b'{"id": "\xff", "prediction": "x"}\n'},
+        "not UTF-8",
+    ),
+    "score-predictions-malformed": (
+        ["score", "--task", "xnli/en", "--predictions", "{tmp}/p.jsonl"],
+        {"p.jsonl": "{oops\n"},
+        "not a JSON object",
+    ),
+    "score-bad-setting-yaml": (
+        ["score", "--task", "xnli/en", "--predictions", "x", "--setting", "a=[1,"],
+        {},
+        "--setting",
+    ),
+    "score-setting-no-equals": (
+        ["score", "--task", "xnli/en", "--predictions", "x", "--setting", "a"],
+        {},
+        "KEY=VALUE",
+    ),
+    "score-unknown-task": (["score", "--task", "nope/en", "--predictions", "x"], {}, "unknown task 'nope'"),
+    "score-unknown-language": (["score", "--task", "xnli/xx", "--predictions", "x"], {}, "no language 'xx'"),
+    "export-not-a-run": (["export", "--run", "{tmp}/keep", "--out", "{tmp}/out"], FOREIGN, "keep"),
+    "export-out-foreign": (["export", "--run", "{tmp}/run", "--out", "{tmp}/keep"], FOREIGN, "not empty"),
+    "export-no-out": (["export", "--run", "{tmp}"], {}, "--out"),
+    "probe-bad-gamma": (["probe", "--checkpoint", "{tmp}", "--gamma", "abc"], {}, "--gamma"),
+    "probe-no-gamma": (["probe", "--checkpoint", "{tmp}"], {}, "--gamma"),
+}
+
+# cases that load task files or data: their own process each
+SLOW = {
+    "unknown-task": ([*BASE, "run.output_dir={tmp}/run", "data.tasks.0.name=nli"], {}, "unknown task 'nli'"),
+    "task-dir-missing": ([*SENT_RUN[:-2], "data.task_dirs=[{tmp}/none]"], {}, "task folder not found"),
+    "task-file-alias": (SENT_RUN, {"tasks/sent.yaml": "task: &t sent\nlanguages: [*t]\n"}, "aliases"),
+    "task-file-bad-language": (SENT_RUN, {"tasks/sent.yaml": SENTIMENT.replace('["en"]', '["../x"]')}, "valid name"),
+    "plugin-raises": (
+        SENT_RUN,
+        {
+            "tasks/sent.yaml": SENTIMENT.replace('"task"', '"class": "boom:Boom", "task"'),
+            "tasks/boom.py": "raise RuntimeError('plug-in bug')\n",
+        },
+        "sent.yaml",
+    ),
+    "data-empty": (SENT_RUN, {"tasks/sent.yaml": SENTIMENT, "data/en/train.jsonl": ""}, "empty"),
+    "data-malformed": (
+        SENT_RUN,
+        {"tasks/sent.yaml": SENTIMENT, "data/en/train.jsonl": GOOD_ROWS + "{oops\n"},
+        "train.jsonl",
+    ),
+    "data-text-not-string": (
+        SENT_RUN,
+        {"tasks/sent.yaml": SENTIMENT, "data/en/train.jsonl": '{"text": 5, "label": "pos"}\n' * 4},
+        "not text",
+    ),
+    "data-missing-file": (SENT_RUN, {"tasks/sent.yaml": SENTIMENT}, "dataset file not found"),
+}
+
+
+def prepare(root: Path, case: str, files: dict) -> Path:
+    tmp = root / case
+    tmp.mkdir()
+    for name, content in files.items():
+        path = tmp / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        (path.write_bytes if isinstance(content, bytes) else path.write_text)(content)
+    return tmp
+
+
+def expand(argv: list[str], tmp: Path) -> list[str]:
+    return [arg.replace("{tmp}", str(tmp)).replace("{{", "{").replace("}}", "}") for arg in argv]
+
+
+def listing(*roots: Path) -> set[str]:
+    return {str(p) for root in roots if root.exists() for p in root.rglob("*")}
+
+
+def check(case: str, code: int, output: str, new: list[str], expect: str) -> None:
+    assert code == 2, f"{case}: exit {code}\n{output[-3000:]}"
+    assert "Traceback" not in output, f"{case}:\n{output[-3000:]}"
+    assert len(output) <= 2000, f"{case}: {len(output)} characters of output"
+    assert expect in output, f"{case}: {expect!r} not in\n{output}"
+    assert not new, f"{case} left files behind: {new}"
+
+
+@pytest.fixture(scope="module")
+def fast_results(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bad_input")
+    cases, snapshots = [], {}
+    for case, (argv, files, _) in FAST.items():
+        tmp = prepare(root, case, files)
+        snapshots[case] = {p: Path(p).read_bytes() for p in listing(tmp) if Path(p).is_file()}
+        cases.append({"id": case, "argv": expand(argv, tmp), "watch": [str(tmp), str(REPO / "runs")]})
+    (root / "cases.json").write_text(json.dumps(cases))
+    top_level = sorted(p.name for p in REPO.iterdir())  # nothing appears beside run.py either
+    subprocess.run(
+        [sys.executable, str(REPO / "tests/e2e/helpers/run_cases.py"), root / "cases.json", root / "results.json"],
+        cwd=REPO,
+        env=clean_env(OMP_NUM_THREADS="1"),
+        check=True,
+        timeout=900,
+    )
+    assert sorted(p.name for p in REPO.iterdir()) == top_level
+    return json.loads((root / "results.json").read_text()), snapshots, root
+
+
+def test_the_table_is_large_enough():
+    assert len(FAST) + len(SLOW) >= 40
+
+
+@pytest.mark.parametrize("case", sorted(FAST))
+def test_fails_in_one_line_and_writes_nothing(case, fast_results):
+    results, snapshots, root = fast_results
+    result = results[case]
+    check(case, result["code"], result["output"], result["new"], FAST[case][2])
+    tmp = root / case  # what was there is there, byte for byte (a foreign folder survives overwrite=true)
+    assert {p: Path(p).read_bytes() for p in listing(tmp) if Path(p).is_file()} == snapshots[case]
+
+
+@pytest.mark.parametrize("case", sorted(SLOW))
+def test_data_and_task_file_errors_fail_in_one_line(case, tmp_path):
+    argv, files, expect = SLOW[case]
+    tmp = prepare(tmp_path, case, files)
+    if case.startswith("data-") and case != "data-missing-file":
+        (tmp / "data/en/validation.jsonl").write_text(GOOD_ROWS)
+    before = listing(tmp, REPO / "runs")
+    result = run_cli(*expand(argv, tmp), threads=1)
+    new = sorted(listing(tmp, REPO / "runs") - before)
+    check(case, result.returncode, result.stdout + result.stderr, new, expect)
