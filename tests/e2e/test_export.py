@@ -13,10 +13,8 @@ from transformers import AutoModel, AutoTokenizer
 
 from mtft.tasks.kinds import build_head
 from mtft.training.restore import load_run
-from tests.conftest import demo_overrides, run_cli
+from tests.conftest import BASE_CONFIG, base_overrides, run_cli
 from tests.e2e.test_distributed import second_task
-
-pytestmark = pytest.mark.slow
 
 TEXTS = [("Der Hund schläft nicht.", "Ein Tier ruht."), ("the cat is awake", "a cat sleeps"), ("x", "y z")]
 
@@ -31,8 +29,8 @@ def trained_runs(tmp_path_factory):
         out = root / method
         result = run_cli(
             "--config",
-            "configs/demo.yaml",
-            *demo_overrides(
+            BASE_CONFIG,
+            *base_overrides(
                 out,
                 12,
                 **{
@@ -42,10 +40,8 @@ def trained_runs(tmp_path_factory):
                     "data.tasks": "[{name: xnli, languages: [en, de], protocol: in_language, max_train_examples: 64, "
                     "max_eval_examples: 16}, {name: nli_copy, max_train_examples: 64, max_eval_examples: 16}]",
                     "data.task_dirs": f"[{root / 'tasks'}]",
-                    "evaluation.every_steps": "null",
-                    "checkpointing.every_steps": "null",
-                    "pretrain.before_finetune": "false",
-                    "forgetting.enabled": "false",
+                    "evaluation.every_steps": None,
+                    "checkpointing.every_steps": None,
                 },
             ),
         )
@@ -96,11 +92,8 @@ def test_export_refuses_bad_input_and_writes_nothing(trained_runs, tmp_path):
     occupied.mkdir()
     (occupied / "keep.txt").write_text("x")
     result = run_cli("export", "--run", str(runs["multi_lora"]), "--out", str(occupied))
-    assert (
-        result.returncode == 2
-        and "not empty" in result.stderr
-        and sorted(p.name for p in occupied.iterdir()) == ["keep.txt"]
-    )
+    assert result.returncode == 2 and "not empty" in result.stderr
+    assert sorted(p.name for p in occupied.iterdir()) == ["keep.txt"]
     result = run_cli("export", "--run", str(tmp_path), "--out", str(tmp_path / "x"))
     assert result.returncode == 2 and "not an mtft run directory" in result.stderr
     assert not (tmp_path / "x").exists()

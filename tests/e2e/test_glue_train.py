@@ -9,39 +9,30 @@ from pathlib import Path
 import pytest
 
 from mtft.commands import run_command
-from tests.conftest import REPO, read_jsonl, run_cli
-
-pytestmark = pytest.mark.slow
+from tests.conftest import BASE_CONFIG, REPO, base_overrides, read_jsonl, run_cli
 
 FIXTURES = {"nyu-mll/glue": "tasks/glue/fixtures/glue", "aps/super_glue": "tasks/super_glue/fixtures/super_glue"}
-CONFIG = f"""
-run: {{name: glue-superglue, seed: 3}}
-model:
-  backbone: tiny
-  tiny: {{hidden_size: 64, num_hidden_layers: 2, num_attention_heads: 4, intermediate_size: 128, vocab_size: 1000}}
-  dropout: 0.0
-data:
-  tasks: [{{name: glue_stsb}}, {{name: superglue_copa}}, {{name: superglue_multirc}}]
-  sources: {json.dumps(FIXTURES)}
-  max_length: 64
-weighting: {{method: mean}}
-training:
-  max_steps: 150
-  micro_batch_size: 32
-  optimizer: {{name: adamw, lr: 2.0e-3, weight_decay: 0.01}}
-  scheduler: {{name: linear, warmup_ratio: 0.05}}
-evaluation: {{every_steps: 150}}
-logging: {{every_steps: 50, progress_bar: false}}
-"""
+# the base run (full fine-tuning of the tiny encoder, dropout 0) on the GLUE/SuperGLUE fixtures, mean weighting
+GLUE_RUN = {
+    "run.seed": 3,
+    "model.tiny.vocab_size": 1000,
+    "weighting.method": "mean",
+    "training.optimizer.lr": 2e-3,
+    "data.tasks": [{"name": "glue_stsb"}, {"name": "superglue_copa"}, {"name": "superglue_multirc"}],
+    "data.sources": FIXTURES,
+    "evaluation.every_steps": 150,
+    "evaluation.metric_for_best": None,
+    "checkpointing.every_steps": None,
+    "logging.every_steps": 50,
+}
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("glue_run")
-    (folder / "config.yaml").write_text(CONFIG)
-    result = run_cli("--config", str(folder / "config.yaml"), f"run.output_dir={folder / 'out'}")
+    out = tmp_path_factory.mktemp("glue_run") / "out"
+    result = run_cli("--config", BASE_CONFIG, *base_overrides(out, 150, **GLUE_RUN))
     assert result.returncode == 0, result.stderr[-3000:]
-    return folder / "out"
+    return out
 
 
 def test_regression_head_learns_stsb(run):

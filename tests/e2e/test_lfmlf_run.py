@@ -9,31 +9,26 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from tests.conftest import demo_overrides, read_jsonl, run_cli, run_torchrun
-
-pytestmark = pytest.mark.slow
+from tests.conftest import BASE_CONFIG, base_overrides, read_jsonl, run_cli, run_torchrun
 
 STEPS = 12
 
 
 def lfmlf_run(out: Path, zero: int, micro: int, **extra) -> list[str]:
-    return demo_overrides(
+    # LF-MLF (the base's weighting) on the base's random encoder, the one these tolerances were set on (with a
+    # pre-trained one ZeRO-0 vs 1 differ by ~1.8e-5)
+    return base_overrides(
         out,
         STEPS,
         **{
-            "weighting.method": "lfmlf",
             "training.deepspeed_config": f"configs/deepspeed/zero{zero}.json",
             "training.micro_batch_size": micro,
-            "model.dropout": 0.0,
             "model.classifier_dropout": 0.0,
             "data.tasks.0.languages": "[en, de, ar]",
             "logging.every_steps": 1,
             "checkpointing.every_steps": 6,
-            "evaluation.every_steps": "null",
+            "evaluation.every_steps": None,
             "weighting.cosine_every": 4,
-            # the random encoder these tolerances were set on (with the pre-trained one ZeRO-0 vs 1 differ by ~1.8e-5)
-            "pretrain.before_finetune": "false",
-            "forgetting.enabled": "false",
             **extra,
         },
     )
@@ -57,27 +52,31 @@ def final_weights(out: Path):
 
 METHODS = {
     "multi_lora": {"model.adapter.method": "multi_lora", "training.optimizer.lr": 1e-2},
-    "full": {"model.adapter.method": "full", "training.optimizer.lr": 1e-3},
-}
+    "full": {},
+}  # the base: full fine-tuning at lr 1e-3
 
 
 @pytest.fixture(scope="module", params=list(METHODS))
 def zero_runs(request, tmp_path_factory) -> dict[str, Path]:
-    """The same 12 LF-MLF steps under ZeRO 0, 1, 2 and with two processes, for Multi-LoRA and full fine-tuning."""
+    """The same 12 LF-MLF steps under ZeRO 0, 1, 2 and with two processes, for Multi-LoRA and full fine-tuning.
+    It launches torchrun: its tests are marked multiprocess, with a timeout that also covers this set-up (about
+    1-2 minutes per method, in the first test that uses it)."""
     runs, method = {}, METHODS[request.param]
     base = tmp_path_factory.mktemp(f"lfmlf-{request.param}")
     for zero in (0, 1, 2):
         out = base / f"zero{zero}"
-        result = run_cli("--config", "configs/demo.yaml", *lfmlf_run(out, zero, micro=16, **method))
+        result = run_cli("--config", BASE_CONFIG, *lfmlf_run(out, zero, micro=16, **method))
         assert result.returncode == 0, result.stderr[-3000:]
         runs[f"zero{zero}"] = out
     out = base / "two"
-    result = run_torchrun("--config", "configs/demo.yaml", *lfmlf_run(out, 2, micro=8, **method))
+    result = run_torchrun("--config", BASE_CONFIG, *lfmlf_run(out, 2, micro=8, **method))
     assert result.returncode == 0, result.stderr[-5000:]
     runs["two"] = out
     return runs
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(600)
 def test_every_step_logs_weights_certificate_and_stationarity(zero_runs):
     events = weighting_events(zero_runs["zero0"])
     assert [e["step"] for e in events] == list(range(1, STEPS + 1))
@@ -95,6 +94,8 @@ def test_every_step_logs_weights_certificate_and_stationarity(zero_runs):
     assert "## Loss weighting" in report and "stationarity" in report and "| xnli/en | xnli/de | xnli/ar |" in report
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("stage", ["zero1", "zero2"])
 def test_zero_stages_give_the_same_training(zero_runs, stage):
     reference, other = weighting_events(zero_runs["zero0"]), weighting_events(zero_runs[stage])
@@ -106,6 +107,8 @@ def test_zero_stages_give_the_same_training(zero_runs, stage):
     assert max((w0[k] - w1[k]).abs().max().item() for k in w0) < 1e-5
 
 
+@pytest.mark.multiprocess
+@pytest.mark.timeout(600)
 def test_two_processes_match_one_and_ranks_stay_bit_identical(zero_runs):
     one, two = weighting_events(zero_runs["zero2"]), weighting_events(zero_runs["two"])
     assert len(one) == len(two) == STEPS
@@ -125,7 +128,7 @@ def test_pareto_stationarity_stops_training(tmp_path):
     # ||d||²/mean||g_t||² ≤ 1 always, so eps = 2 makes every step "stationary": stop after the patience
     result = run_cli(
         "--config",
-        "configs/demo.yaml",
+        BASE_CONFIG,
         *lfmlf_run(out, 0, 16, **{"weighting.stationarity_eps": 2.0, "weighting.stationarity_patience": 3}),
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -136,13 +139,13 @@ def test_pareto_stationarity_stops_training(tmp_path):
 
 
 def test_gram_weighting_refuses_zero3(tmp_path):
-    result = run_cli("--config", "configs/demo.yaml", *lfmlf_run(tmp_path / "z3", 3, 16))
+    result = run_cli("--config", BASE_CONFIG, *lfmlf_run(tmp_path / "z3", 3, 16))
     assert result.returncode == 2 and "use ZeRO stage 0, 1 or 2" in result.stderr
 
 
 @pytest.mark.parametrize("method", ["mgda_normalized", "pcgrad", "cagrad", "imtl_g"])
 def test_comparison_weightings_train(tmp_path, method):
     out = tmp_path / method
-    result = run_cli("--config", "configs/demo.yaml", *lfmlf_run(out, 0, 16, **{"weighting.method": method}))
+    result = run_cli("--config", BASE_CONFIG, *lfmlf_run(out, 0, 16, **{"weighting.method": method}))
     assert result.returncode == 0, result.stderr[-3000:]
     assert len(weighting_events(out)) == STEPS

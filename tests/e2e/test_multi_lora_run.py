@@ -4,7 +4,7 @@ import json
 
 from safetensors.torch import load_file
 
-from tests.conftest import demo_overrides, read_jsonl, run_cli
+from tests.conftest import BASE_CONFIG, base_overrides, read_jsonl, run_cli
 from tests.e2e.test_distributed import second_task
 
 
@@ -14,8 +14,8 @@ def test_mixed_batch_multi_lora_run_learns_and_reports_parameters(tmp_path):
     tasks = "[{name: xnli, languages: [en, de], protocol: in_language}, {name: nli_copy}]"
     result = run_cli(
         "--config",
-        "configs/demo.yaml",
-        *demo_overrides(
+        BASE_CONFIG,
+        *base_overrides(
             out,
             400,
             **{
@@ -26,9 +26,8 @@ def test_mixed_batch_multi_lora_run_learns_and_reports_parameters(tmp_path):
                 "model.adapter.r": 8,
                 "data.tasks": tasks,
                 "data.task_dirs": f"[{tmp_path / 'tasks'}]",
-                "evaluation.every_steps": "null",
-                "pretrain.before_finetune": "false",
-                "forgetting.enabled": "false",
+                "evaluation.every_steps": None,
+                "checkpointing.every_steps": None,
             },
         ),
     )

@@ -10,9 +10,7 @@ from pathlib import Path
 import pytest
 
 from mtft.commands import score as score_command
-from tests.conftest import REPO, read_jsonl, run_cli, run_torchrun
-
-pytestmark = pytest.mark.slow
+from tests.conftest import BASE_CONFIG, REPO, base_overrides, read_jsonl, run_cli, run_torchrun
 
 FIXTURE_SOURCES = {
     "unimelb-nlp/wikiann": "tasks/wikiann/fixtures/wikiann",
@@ -20,36 +18,35 @@ FIXTURE_SOURCES = {
     "facebook/xnli": "tasks/xnli/fixtures/xnli",
     "nyu-mll/multi_nli": "tasks/xnli/fixtures/multi_nli",
 }
-TINY = {
-    "backbone": "tiny",
-    "dropout": 0.0,
-    "classifier_dropout": 0.0,
-    "tiny": {
-        "hidden_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "intermediate_size": 128,
-        "vocab_size": 1500,
-    },
-}
 
 
-def write_config(path: Path, out: Path, tasks: list[dict], steps: int, **extra) -> Path:
-    config = {
-        "run": {"name": path.stem, "output_dir": str(out), "seed": 3},
-        "model": TINY,
-        "data": {"tasks": tasks, "sources": FIXTURE_SOURCES, "max_length": 48, **extra.pop("data", {})},
-        "training": {
-            "max_steps": steps,
-            "micro_batch_size": 24,
-            "optimizer": {"name": "adamw", "lr": 3e-3},
-            "scheduler": {"name": "linear", "warmup_ratio": 0.05},
-        },
-        "logging": {"every_steps": 10, "progress_bar": False},
-        **extra,
-    }
-    path.write_text(json.dumps(config))
-    return path
+def tasks_run(out: Path, tasks: list[dict], steps: int, **extra) -> list[str]:
+    """The base run (full fine-tuning of the tiny encoder) on ``tasks``: mean weighting, shorter rows and smaller
+    batches, no dropout in the heads, evaluated and saved at the end only."""
+    return [
+        "--config",
+        BASE_CONFIG,
+        *base_overrides(
+            out,
+            steps,
+            **{
+                "run.seed": 3,
+                "model.tiny.vocab_size": 1500,
+                "model.classifier_dropout": 0.0,
+                "data.tasks": tasks,
+                "data.sources": FIXTURE_SOURCES,
+                "data.max_length": 48,
+                "weighting.method": "mean",
+                "training.micro_batch_size": 24,
+                "training.optimizer.lr": 3e-3,
+                "evaluation.every_steps": None,
+                "evaluation.metric_for_best": None,
+                "checkpointing.every_steps": None,
+                "logging.every_steps": 10,
+                **extra,
+            },
+        ),
+    ]
 
 
 MIXED_TASKS = [
@@ -67,11 +64,10 @@ MIXED_TASKS = [
 
 @pytest.fixture(scope="module")
 def mixed_run(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("mixed")
-    config = write_config(folder / "mixed.yaml", folder / "run", MIXED_TASKS, 70)
-    result = run_cli("--config", str(config))
+    out = tmp_path_factory.mktemp("mixed") / "run"
+    result = run_cli(*tasks_run(out, MIXED_TASKS, 70))
     assert result.returncode == 0, result.stderr[-3000:]
-    return folder / "run"
+    return out
 
 
 def test_mixed_token_classification_qa_and_nli_learn_in_one_batch_stream(mixed_run):
@@ -168,14 +164,14 @@ def test_a_task_written_into_a_temporary_folder_trains(tmp_path):
     data.mkdir()
     for split, n in (("train", 200), ("validation", 40)):
         (data / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows(n, len(split))))
-    config = write_config(
-        tmp_path / "user.yaml",
-        tmp_path / "run",
-        [{"name": "chunks"}],
-        40,
-        data={"task_dirs": [str(tasks)], "sources": {"my/chunks": str(data / "{split}.jsonl")}},
+    result = run_cli(
+        *tasks_run(
+            tmp_path / "run",
+            [{"name": "chunks"}],
+            40,
+            **{"data.task_dirs": [str(tasks)], "data.sources": {"my/chunks": str(data / "{split}.jsonl")}},
+        )
     )
-    result = run_cli("--config", str(config))
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = json.loads((tmp_path / "run/metrics.json").read_text())
     assert metrics["chunks/f1"] > 0.5, metrics  # all-O predictions score 0
@@ -222,6 +218,7 @@ def test_prefetch_caches_every_split_of_a_config_and_writes_no_run(tmp_path):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.timeout(600)  # two 8-step runs, ~1 minute: a hang fails instead of blocking
 def test_two_processes_with_mixed_heads_match_one_under_zero2_and_lfmlf(tmp_path):
     """Token, QA and classification rows split over two ranks (a rank often lacks a head's rows in a step):
     every head still takes part, per-objective means stay exact, LF-MLF's Gram is the same."""
@@ -233,16 +230,18 @@ def test_two_processes_with_mixed_heads_match_one_under_zero2_and_lfmlf(tmp_path
     runs = {}
     for procs, micro in ((1, 16), (2, 8)):
         out = tmp_path / f"procs{procs}"
-        config = write_config(
-            tmp_path / f"c{procs}.yaml",
+        args = tasks_run(
             out,
             tasks,
             8,
-            weighting={"method": "lfmlf"},
-            logging={"every_steps": 1, "progress_bar": False},
+            **{
+                "weighting.method": "lfmlf",
+                "logging.every_steps": 1,
+                "training.micro_batch_size": micro,
+                "training.deepspeed_config": "configs/deepspeed/zero2.json",
+            },
         )
-        overrides = [f"training.micro_batch_size={micro}", "training.deepspeed_config=configs/deepspeed/zero2.json"]
-        result = (run_cli if procs == 1 else run_torchrun)("--config", str(config), *overrides)
+        result = (run_cli if procs == 1 else run_torchrun)(*args)
         assert result.returncode == 0, result.stderr[-4000:]
         runs[procs] = [e for e in read_jsonl(out / "metrics.jsonl") if e["kind"] in ("train", "weighting")]
     assert len(runs[1]) == len(runs[2]) == 16
