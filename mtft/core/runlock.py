@@ -4,8 +4,8 @@ Two runs writing into one output directory would interleave their checkpoints an
 run that is still alive would train the same steps twice. The lock is taken before anything of the run is
 written (the run directory itself may not exist yet, so the lock file lives beside it) and held until the process
 ends; the kernel releases it when the process dies, however it dies, so a stale lock cannot block a resume. The file
-holds the holder's pid, host and start time, for the refusal message; it is left in place (removing it would let a
-third process lock a fresh file while a second still holds the old one).
+holds the holder's pid, host and start time, for the refusal message; it is left in place once the run directory
+exists (marked complete), and removed (with any folder made for it) when the run was refused before writing anything.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+from mtft.core.atomic import is_complete
 from mtft.core.errors import CheckpointError
 
 
@@ -31,19 +32,33 @@ def lock_path(run_dir: Path) -> Path:
 def run_lock(run_dir: Path) -> Iterator[Path]:
     """Hold the run directory's lock for the ``with`` block, or raise one :class:`CheckpointError` naming the holder."""
     path = lock_path(run_dir)
+    created = [folder for folder in [path.parent, *path.parent.parents] if not folder.exists()]
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    locked = False
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise CheckpointError(f"{run_dir} is in use by {_holder(path)}; wait for it to end or stop it") from None
+        locked = True
         holder = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
         yield path
     finally:
+        if locked and not is_complete(Path(run_dir)):  # refused before it wrote its run directory: leave no trace
+            _remove_trace(path, created)
         os.close(fd)  # closing the descriptor releases the lock
+
+
+def _remove_trace(path: Path, created: list[Path]) -> None:
+    """The lock file and the folders made for it, while the lock is still held (a process that opened the file
+    before cannot take the lock: every attempt is non-blocking)."""
+    with contextlib.suppress(OSError):
+        path.unlink()
+        for folder in created:  # innermost first
+            folder.rmdir()
 
 
 def _holder(path: Path) -> str:
