@@ -69,7 +69,7 @@ def main(args: argparse.Namespace) -> int:
             raise CheckpointError(f"--checkpoint {folder}: not a folder")
     loaded = [_load(folder, args) for folder in args.checkpoint]  # every input checked before any work
     from mtft.forgetting.plots import plot_sensitivity
-    from mtft.forgetting.probe import gaussian_probe, init_stds, probe_lp
+    from mtft.forgetting.probe import gaussian_probe, init_stds, probe_lp, write_probe_json
 
     results = []
     for label, models, eval_set, fresh in loaded:
@@ -86,23 +86,7 @@ def main(args: argparse.Namespace) -> int:
                     + ")"
                 )
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "probe.json").write_text(
-        json.dumps(
-            [
-                {
-                    "model": r.model,
-                    "baseline": r.baseline,
-                    "trials": r.trials,
-                    "summary": r.summary(),
-                    "perturbed_parameters": r.perturbed,
-                    "untouched_parameters": r.untouched,
-                }
-                for r in results
-            ],
-            indent=2,
-        )
-        + "\n"
-    )
+    write_probe_json(args.out / "probe.json", results)
     languages = list(results[0].baseline)
     plot_sensitivity([row for r in results for row in r.summary()], languages, args.out / "sensitivity.png")
     print(f"wrote {args.out / 'probe.json'} and {args.out / 'sensitivity.png'}")

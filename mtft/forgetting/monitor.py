@@ -38,7 +38,7 @@ from mtft.core.errors import ConfigError
 from mtft.forgetting.corpus import MlmEvalSet, build_eval_set, corpus_languages
 from mtft.forgetting.hessian import EigenResult, LpObjective, top_eigenvalue
 from mtft.forgetting.mlm import attach_head, load_mlm_model, lp_per_language, lp_sums
-from mtft.forgetting.probe import gaussian_probe, init_stds, probe_lp
+from mtft.forgetting.probe import gaussian_probe, init_stds, probe_lp, write_probe_json
 from mtft.reporting.logs import logger
 
 LAMBDA_VERSION = "1"
@@ -309,23 +309,7 @@ class ForgettingMonitor:
             f"sensitivity probe: {len(results)} model(s) × {len(probe.gammas)} γ × {probe.seeds} seeds in "
             f"{time.perf_counter() - start:.1f} s -> probe.json"
         )
-        (self.run_dir / "probe.json").write_text(
-            json.dumps(
-                [
-                    {
-                        "model": r.model,
-                        "baseline": r.baseline,
-                        "trials": r.trials,
-                        "summary": r.summary(),
-                        "perturbed_parameters": r.perturbed,
-                        "untouched_parameters": r.untouched,
-                    }
-                    for r in results
-                ],
-                indent=2,
-            )
-            + "\n"
-        )
+        write_probe_json(self.run_dir / "probe.json", results)
 
     def _fresh_model(self):
         return load_mlm_model("tiny", None, False, self.mlm_model.config)

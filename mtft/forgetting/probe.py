@@ -15,7 +15,9 @@ which would not round-trip in floating point); after the probe the weights are v
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from statistics import mean, pstdev
 from typing import Callable, Sequence
 
@@ -110,3 +112,20 @@ def gaussian_probe(
 
 def probe_lp(mlm: MaskedLM, eval_set, batch_size: int, device) -> Callable[[], dict[str, float]]:
     return lambda: lp_per_language(mlm, eval_set, batch_size, device)
+
+
+def write_probe_json(path: Path, results: Sequence[ProbeResult]) -> None:
+    """``probe.json``: every probed model's baseline L_p, trials, per-γ summary and the parameters perturbed -- the
+    file a run's end-of-run probe and ``run.py probe`` both write."""
+    rows = [
+        {
+            "model": r.model,
+            "baseline": r.baseline,
+            "trials": r.trials,
+            "summary": r.summary(),
+            "perturbed_parameters": r.perturbed,
+            "untouched_parameters": r.untouched,
+        }
+        for r in results
+    ]
+    Path(path).write_text(json.dumps(rows, indent=2) + "\n")

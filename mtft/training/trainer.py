@@ -101,9 +101,8 @@ class Run:
         self.data = self._prepare_data_rank0_first()
         check_metric_for_best(config, self.data)
         forgetting = prepare_forgetting(config, self.model_config, self.data)
-        model = build_model(
-            self.model_config, self.data
-        )  # before the run directory: a bad backbone or adapter writes nothing
+        # built before the run directory: a bad backbone or adapter writes nothing
+        model = build_model(self.model_config, self.data)
         self.weighting = build_weighting(config.weighting.method, config.weighting.options)
         self.shared = self._shared_parameters(model) if self.weighting.needs_gram else None
         self._create_run_dir(model)
