@@ -1,12 +1,76 @@
-"""Command-line parsing for ``run.py``: ``--config``, ``key.sub=value`` overrides, ``--help`` from the schema."""
+"""The command line of ``run.py`` (and ``python -m mtft``, which study jobs launch): ``--config``, ``key.sub=value``
+overrides, ``--help`` from the schema, the sub-commands, and the one place that turns a user error into one line."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import shlex
+import sys
 import textwrap
 
-from mtft.commands import COMMANDS
+from mtft.commands import COMMANDS, run_command
+from mtft.config import config_to_yaml, load_config
 from mtft.config.load import iter_options
+from mtft.core.errors import ConfigError, Interrupted, UserError, shorten
+
+
+def entry_point(argv: list[str], prog: str = "python run.py") -> None:
+    """Run ``argv`` and exit: 0, 2 with one ``error:`` line for a user error, 143 / 130 after SIGTERM / Ctrl-C
+    (like a process the signal ended) with the command that resumes."""
+    try:
+        sys.exit(main(argv))
+    except Interrupted as stop:  # a checkpoint was saved
+        print(f"error: {stop}; continue with: {_resume_command(prog, argv, stop.resume_flag)}", file=sys.stderr)
+        sys.exit(stop.exit_code)
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] in COMMANDS:
+        return run_command(argv[0], argv[1:])
+    if argv and not argv[0].startswith("-") and "=" not in argv[0]:  # not an option, not an override
+        raise ConfigError(
+            f"unknown command {shorten(argv[0])!r}; commands: {', '.join(COMMANDS)}, "
+            "or train with run.py --config <file> [key.sub=value ...]"
+        )
+    args = train_parser().parse_args(argv)
+    overrides = args.overrides + (["run.resume=true"] if args.resume else [])
+    config = load_config(args.config, overrides)
+    if args.print_config:
+        print(config_to_yaml(config), end="")
+        return 0
+    if args.prefetch:
+        from mtft.data.prefetch import prefetch
+
+        prefetch(config)
+        return 0
+    if config.run.stage == "pretrain":
+        from mtft.training.pretrain import PretrainRun
+
+        PretrainRun(config).execute()
+        return 0
+    from mtft.training.trainer import Run  # heavy imports only when training
+
+    with _locked(config.run.output_dir):
+        Run(config).execute()
+    return 0
+
+
+def _locked(output_dir: str):
+    """The run directory's lock (mtft.core.runlock), taken by the first process only: the other processes of a
+    torchrun launch share its directory, and torchrun stops them when the first exits refused."""
+    from mtft.core.runlock import run_lock
+
+    return run_lock(output_dir) if os.environ.get("RANK", "0") == "0" else contextlib.nullcontext()
+
+
+def _resume_command(prog: str, argv: list[str], resume_flag: bool) -> str:
+    command = [*shlex.split(prog), *argv] + ([] if "--resume" in argv or not resume_flag else ["--resume"])
+    return " ".join(shlex.quote(part) for part in command)
 
 
 def options_help() -> str:

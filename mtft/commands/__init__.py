@@ -13,6 +13,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     # name: (module, one-line summary for run.py --help)
     "export": ("mtft.commands.export", "write each task's adapter as a standard PEFT LoRA directory"),
     "score": ("mtft.commands.score", "official metrics of a predictions file, offline, as JSON"),
+    "study": ("mtft.commands.study", "a grid of runs over seeds, here or on Slurm, aggregated into tables and plots"),
     "probe": ("mtft.commands.probe", "Gaussian sensitivity probe of checkpoints: ΔL_p per γ and language"),
 }
 

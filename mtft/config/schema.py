@@ -27,7 +27,12 @@ class RunSection(Section):
         description="Directory the run writes into: resolved config, logs, checkpoints, metrics, report. "
         "'{name}' is replaced by run.name.",
     )
-    seed: int = Field(0, ge=0, description="Seed for model initialisation, sampling and dropout.")
+    seed: int = Field(
+        0,
+        ge=0,
+        description="Seed of fine-tuning: data order, task heads and adapter initialisation, dropout. The backbone "
+        "does not change with it (its own seed is pretrain.seed), so the seeds of a study share one backbone.",
+    )
     stage: Literal["finetune", "pretrain"] = Field(
         "finetune",
         description="What the run does: finetune the tasks of data.tasks, or pretrain an encoder with "
@@ -362,6 +367,12 @@ class PretrainSection(Section):
         description="Stage finetune: first pre-train model.backbone on corpus as this section says, then fine-tune "
         "from it. The checkpoint is cached under a hash of everything that determines it (cache dir "
         "pretrained/), so later runs reuse it.",
+    )
+    seed: int = Field(
+        0,
+        ge=0,
+        description="Seed of the backbone: the tiny encoder's random initialisation and masked-LM pre-training "
+        "(masking, data order, dropout). Independent of run.seed; vary it as a study axis to vary the backbone.",
     )
     tokens: int = Field(1_000_000, ge=1, description="Token budget of pre-training (packed input tokens).")
     save_at_tokens: list[int] = Field(

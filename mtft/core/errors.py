@@ -43,10 +43,12 @@ class Interrupted(UserError):
     """SIGTERM or Ctrl-C stopped a run after a checkpoint was saved; ``run.py`` exits with ``exit_code``
     (128 + the signal's number, as a shell reports a process the signal ended: 143 for SIGTERM, 130 for SIGINT)."""
 
-    def __init__(self, signal_name: str, step: int, checkpoint):
+    resume_flag = True  # the command continues with --resume added (a study continues by the same command)
+
+    def __init__(self, signal_name: str, step: int, checkpoint, message: str = ""):
         self.signal_name, self.step, self.checkpoint = signal_name, step, checkpoint
         self.exit_code = {"SIGINT": 130, "SIGTERM": 143}.get(signal_name, 143)
-        super().__init__(f"stopped by {signal_name} after step {step}; checkpoint {checkpoint} saved")
+        super().__init__(message or f"stopped by {signal_name} after step {step}; checkpoint {checkpoint} saved")
 
 
 class DiskFullError(UserError):

@@ -17,7 +17,7 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from mtft.core.atomic import is_complete
 from mtft.core.errors import CheckpointError
@@ -50,6 +50,25 @@ def run_lock(run_dir: Path) -> Iterator[Path]:
         if locked and not is_complete(Path(run_dir)):  # refused before it wrote its run directory: leave no trace
             _remove_trace(path, created)
         os.close(fd)  # closing the descriptor releases the lock
+
+
+@contextlib.contextmanager
+def waiting_lock(path: Path, on_wait: Callable[[], None] = lambda: None) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path``, waiting for the holder if there is one (``on_wait`` is called once
+    first): for work that concurrent runs share, such as filling one cache entry, which the first does and the
+    others then reuse. The file stays (removing it would let a third process lock a different inode)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            on_wait()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _remove_trace(path: Path, created: list[Path]) -> None:

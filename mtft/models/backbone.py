@@ -9,9 +9,10 @@ from mtft.config.schema import ModelSection
 from mtft.core.errors import ConfigError
 
 
-def build_encoder(cfg: ModelSection, tokenizer, max_length: int, seed: int) -> PreTrainedModel:
-    """The encoder named by ``cfg.backbone``; its pooler is dropped (the heads pool for themselves)."""
-    torch.manual_seed(seed)
+def build_encoder(cfg: ModelSection, tokenizer, max_length: int, init_seed: int) -> PreTrainedModel:
+    """The encoder named by ``cfg.backbone``; its pooler is dropped (the heads pool for themselves). ``init_seed``
+    initialises the tiny encoder (and whatever a loaded checkpoint lacks)."""
+    torch.manual_seed(init_seed)
     if cfg.backbone == "tiny":
         encoder = AutoModel.from_config(tiny_config(cfg, tokenizer, max_length))
     else:

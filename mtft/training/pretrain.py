@@ -18,6 +18,7 @@ must not be confounded by the learning-rate schedule).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -34,6 +35,7 @@ from mtft.config.schema import RunConfig, WeightingSection
 from mtft.core.atomic import MARKER, AtomicFolder, write_json
 from mtft.core.distributed import ProcessInfo, barrier, init_distributed
 from mtft.core.errors import ConfigError
+from mtft.core.runlock import waiting_lock
 from mtft.data.sources import resolve_source
 from mtft.forgetting.corpus import build_eval_set, corpus_path, corpus_texts, masking_collator, packed_blocks
 from mtft.forgetting.mlm import MaskedLM, load_mlm_model, lp_per_language, split_mlm_model
@@ -84,7 +86,7 @@ class Pretraining:
     def new_model(self):
         model = self.config.model
         if self.mlm_config is not None:
-            torch.manual_seed(self.config.run.seed)
+            torch.manual_seed(self.config.pretrain.seed)
             return AutoModelForMaskedLM.from_config(self.mlm_config)
         return load_mlm_model(model.backbone, model.revision, model.trust_remote_code)
 
@@ -119,9 +121,9 @@ class Pretraining:
             proc.world_size,
         )
         engine.train()
-        torch.manual_seed(self.config.run.seed + 1 + proc.rank)  # masking and dropout stream of this rank
+        torch.manual_seed(self.config.pretrain.seed + 1 + proc.rank)  # masking and dropout stream of this rank
         collator = masking_collator(self.tokenizer, self.config.corpus.mlm_probability)
-        order = torch.Generator().manual_seed(self.config.run.seed)
+        order = torch.Generator().manual_seed(self.config.pretrain.seed)
         batch_rows = p.micro_batch_size * proc.world_size
         queue: list[int] = []
         pending = sorted(b for b in budgets if b <= tokens)
@@ -178,7 +180,7 @@ def _meta(config: RunConfig, languages: list[str], budget: int, seen: int, step:
         "languages": languages,
         "corpus": corpus_path(config.corpus),
         "backbone": config.model.backbone,
-        "seed": config.run.seed,
+        "seed": config.pretrain.seed,
     }
 
 
@@ -210,7 +212,6 @@ def prelude_key(config: RunConfig, languages: list[str]) -> str:
         "pretrain": config.pretrain.model_dump(mode="json", exclude={"before_finetune"}),
         "corpus": config.corpus.model_dump(mode="json", exclude={"languages"}),
         "languages": languages,
-        "seed": config.run.seed,
         "precision": config.training.precision,
         "clipping": config.training.gradient_clipping,
         "corpus_files": _corpus_digest(config, languages),
@@ -241,7 +242,21 @@ def pretrained_backbone(config: RunConfig, proc: ProcessInfo) -> RunConfig:
     if (folder / MARKER).is_file():
         logger.info(f"pre-trained backbone from the cache: {folder}")
     else:
+        _fill_cache(config, languages, folder, proc)
+    model = config.model.model_copy(update={"backbone": str(folder), "revision": None})
+    return config.model_copy(update={"model": model})
+
+
+def _fill_cache(config: RunConfig, languages: list[str], folder: Path, proc: ProcessInfo) -> None:
+    """Pre-train into the cache entry ``folder``. Runs started together (the seeds of a study) share the entry:
+    the first pre-trains under a lock, the others wait for it and then read its checkpoint."""
+    lock = folder.parent / f".{folder.name}.lock"
+    holding = waiting_lock(lock, lambda: logger.info(f"waiting for another run pre-training {folder}"))
+    with holding if proc.is_main else contextlib.nullcontext():
         barrier()
+        if (folder / MARKER).is_file():
+            logger.info(f"pre-trained backbone from the cache (written meanwhile): {folder}")
+            return
         pre = Pretraining(config, languages, proc)
         tokens = config.pretrain.tokens
         logger.info(
@@ -259,8 +274,6 @@ def pretrained_backbone(config: RunConfig, proc: ProcessInfo) -> RunConfig:
             )
 
         pre.train(tokens, [tokens], save, log=None)
-    model = config.model.model_copy(update={"backbone": str(folder), "revision": None})
-    return config.model_copy(update={"model": model})
 
 
 # ------------------------------------------------------------------------------------------------------

@@ -32,7 +32,9 @@ def make_tokenizer_factory(config: RunConfig):
 
 
 def build_model(config: RunConfig, data: PreparedData) -> MultiTaskModel:
-    encoder = build_encoder(config.model, data.tokenizer, config.data.max_length, config.run.seed)
+    # the backbone's weights follow pretrain.seed; everything fine-tuning initialises follows run.seed
+    encoder = build_encoder(config.model, data.tokenizer, config.data.max_length, config.pretrain.seed)
+    torch.manual_seed(config.run.seed)
     method = build_method(config.model.adapter)
     if method.routing == "objective":
         untrained = [o.key for o in data.eval_objectives() if (o.task, o.language) not in data.eval_objective]

@@ -17,7 +17,7 @@ from tests.conftest import clean_env
 
 def tiny_model(tmp_path, num_objectives=3):
     tok = tiny_tokenizer(["alpha beta gamma delta", "epsilon zeta eta theta"] * 10, 100, tmp_path)
-    encoder = build_encoder(ModelSection(dropout=0.0), tok, max_length=16, seed=0)
+    encoder = build_encoder(ModelSection(dropout=0.0), tok, max_length=16, init_seed=0)
     heads = {
         "a": SequenceClassificationHead(64, ["x", "y"], 0.0),
         "b": SequenceClassificationHead(64, ["p", "q", "r"], 0.0),

@@ -1,0 +1,126 @@
+"""From a study file to its runs: cells (grid product × variants), seeds, and each run's validated config.
+
+Every run config is resolved and validated here, before anything runs, so a bad key in one cell stops the study
+with the same one-line error ``run.py --config`` gives, naming the cell.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mtft.config.load import config_to_yaml, read_yaml_mapping, set_dotted, validate_config
+from mtft.core.errors import ConfigError
+from mtft.study.spec import StudySpec
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One combination of axis values: its folder name, its value on every axis, the run-config overrides."""
+
+    name: str
+    axes: dict[str, Any]
+    overrides: dict[str, Any] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    cell: Cell
+    seed: int
+    run_dir: Path
+    config_path: Path  # the resolved config the job launches: <study>/configs/<cell>/seed-<n>.yaml
+    config_yaml: str = field(repr=False)
+
+    @property
+    def key(self) -> str:
+        return f"{self.cell.name}/seed-{self.seed}"
+
+
+def expand_cells(spec: StudySpec) -> list[Cell]:
+    """The variants (in file order) times the grid's cartesian product (in key order, first key slowest)."""
+    variants = spec.variants or [None]
+    keys = list(spec.grid)
+    short = _short_names(keys)
+    cells, seen = [], set()
+    for variant in variants:
+        for values in itertools.product(*(spec.grid[k] for k in keys)):
+            axes: dict[str, Any] = {"variant": variant.name} if variant else {}
+            axes.update(zip(keys, values))
+            overrides = {**(variant.overrides if variant else {}), **dict(zip(keys, values))}
+            parts = ([variant.name] if variant else []) + [f"{short[k]}-{_slug(v)}" for k, v in zip(keys, values)]
+            name = "_".join(parts) or "base"
+            if name in seen:  # two values with the same slug (e.g. 1e-3 and 0.001): keep them apart
+                name += "-" + hashlib.sha256(repr(values).encode()).hexdigest()[:6]
+            seen.add(name)
+            cells.append(Cell(name, axes, overrides))
+    return cells
+
+
+def plan_runs(spec: StudySpec, base: Path, study_file: Path) -> list[PlannedRun]:
+    """Every (cell, seed) run with its resolved, validated config; the first invalid cell raises one line."""
+    raw_base = read_yaml_mapping(base)
+    root = spec.directory
+    runs = []
+    for cell in expand_cells(spec):
+        for seed in spec.seed_list:
+            run_dir = root / "runs" / cell.name / f"seed-{seed}"
+            fixed = {"run.seed": seed, "run.output_dir": str(run_dir), "run.name": f"{cell.name}-seed{seed}"}
+            raw = copy.deepcopy(raw_base)
+            try:
+                for key, value in {**spec.overrides, **cell.overrides, **fixed}.items():
+                    set_dotted(raw, key, copy.deepcopy(value))
+                config = validate_config(raw, source=f"{study_file} [cell {cell.name}]", overridden=set())
+            except ConfigError as error:
+                message = str(error)
+                if f"[cell {cell.name}]" not in message:
+                    message = f"{study_file} [cell {cell.name}]: {message}"
+                raise ConfigError(message) from None
+            if config.run.resume or config.run.overwrite:
+                raise ConfigError(
+                    f"{study_file} [cell {cell.name}]: run.resume / run.overwrite are decided by the study "
+                    "(finished runs are kept, interrupted ones resumed); leave them out of the study's configs"
+                )
+            path = root / "configs" / cell.name / f"seed-{seed}.yaml"
+            runs.append(PlannedRun(cell, seed, run_dir, path, config_to_yaml(config)))
+    return runs
+
+
+def config_difference(old_yaml: str, new_yaml: str) -> str:
+    """The first dotted key at which two resolved configs differ (for the refusal of a changed cell)."""
+    old, new = _flatten(yaml.safe_load(old_yaml) or {}), _flatten(yaml.safe_load(new_yaml) or {})
+    for key in sorted(set(old) | set(new)):
+        if old.get(key, "<absent>") != new.get(key, "<absent>"):
+            return f"{key}: {old.get(key, '<absent>')!r} then, {new.get(key, '<absent>')!r} now"
+    return "nothing"
+
+
+def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(tree, dict):
+        out: dict[str, Any] = {}
+        for key, value in tree.items():
+            out.update(_flatten(value, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: tree}
+
+
+def _short_names(keys: list[str]) -> dict[str, str]:
+    """Each axis by its last dotted part (``lr`` for ``training.optimizer.lr``), longer where two would clash."""
+    for depth in range(1, max((k.count(".") + 1 for k in keys), default=1) + 1):
+        short = {k: ".".join(k.split(".")[-depth:]) for k in keys}
+        if len(set(short.values())) == len(keys):
+            return short
+    return {k: k for k in keys}
+
+
+def _slug(value: Any) -> str:
+    text = value if isinstance(value, str) else yaml.safe_dump(value, default_flow_style=True).strip()
+    text = text.removesuffix("\n...").strip()
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).rstrip("-.") or "x"  # a leading minus stays: lr--1.0
+    return slug[:40]

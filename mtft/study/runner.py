@@ -1,0 +1,106 @@
+"""``run.py study``: plan every run, validate it, run what is not finished, aggregate what is.
+
+The order is the promise: the whole study is resolved and validated before the first run starts; the study directory
+is claimed (refused when it holds another study, or a run whose config changed); finished runs are skipped,
+interrupted ones resume, failed ones are retried and, if they fail again, listed with their error line; then the
+tables, paired differences and plots are written from the run directories on disk.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from mtft.study.aggregate import aggregate
+from mtft.study.collect import collect
+from mtft.study.jobs import RunJob
+from mtft.study.local import default_threads, run_local
+from mtft.study.plan import PlannedRun, expand_cells, plan_runs
+from mtft.study.report import write_results
+from mtft.study.spec import StudySpec
+from mtft.study.state import (
+    check_run_configs,
+    is_finished,
+    log_path,
+    open_study_dir,
+    record_attempt,
+    status_path,
+    write_run_configs,
+)
+
+logger = logging.getLogger("mtft")
+
+
+def run_study(spec: StudySpec, base: Path, study_file: Path, report_only: bool = False) -> dict[str, Any]:
+    runs = plan_runs(spec, base, study_file)  # every cell validated before anything is written
+    root = spec.directory
+    if report_only:
+        if not root.is_dir():
+            raise_missing(root)
+    else:
+        open_study_dir(root, spec.name, study_file.read_text(encoding="utf-8"))
+        check_run_configs(runs)
+        write_run_configs(runs)
+        todo = [run for run in runs if not is_finished(run.run_dir)]
+        print(
+            f"[mtft] study {spec.name}: {len(expand_cells(spec))} cells x {len(spec.seed_list)} seeds = "
+            f"{len(runs)} runs, {len(runs) - len(todo)} finished, {len(todo)} to run -> {root}",
+            flush=True,
+        )
+        if todo:
+            execute(spec, root, todo)
+    return report(spec, root, runs, study_file)
+
+
+def execute(spec: StudySpec, root: Path, todo: list[PlannedRun]) -> None:
+    executor = spec.executor
+    jobs = [make_job(root, run, spec) for run in todo]
+
+    def on_result(result: dict[str, Any]) -> None:
+        if result["status"] == "failed":
+            print(f"[mtft] {result['key']} failed: {result['error']}", flush=True)
+            run = next(r for r in todo if r.key == result["key"])
+            if result.get("returncode") is None:  # died outside the run: the job recorded nothing
+                record_attempt(status_path(root, run), "failed", None, 0.0, result["error"])
+
+    if executor.name == "local":
+        for job in jobs:
+            job.threads = executor.threads or default_threads(executor.workers)
+        run_local(jobs, executor.workers, on_result)
+    else:
+        from mtft.study.slurm import run_slurm
+
+        run_slurm(jobs, executor.slurm, root / "slurm", on_result)
+
+
+def make_job(root: Path, run: PlannedRun, spec: StudySpec) -> RunJob:
+    return RunJob(
+        key=run.key,
+        config_path=str(run.config_path.absolute()),
+        run_dir=str(run.run_dir.absolute()),
+        log_path=str(log_path(root, run).absolute()),
+        status_path=str(status_path(root, run).absolute()),
+        cwd=os.getcwd(),  # the run config's relative paths (data, DeepSpeed JSON) are relative to here
+    )
+
+
+def report(spec: StudySpec, root: Path, runs: list[PlannedRun], study_file: Path) -> dict[str, Any]:
+    records = collect(root, runs)
+    cells = [cell.name for cell in expand_cells(spec)]
+    results = aggregate(records, spec.axes, spec.metrics, spec.baseline, cells)
+    write_results(root, results, command=f"python run.py study --config {study_file}")
+    counts = {status: sum(r["status"] == status for r in records) for status in ("complete", "failed", "pending")}
+    print(
+        f"[mtft] study {spec.name}: {counts['complete']} complete, {counts['failed']} failed, "
+        f"{counts['pending']} pending -> {root / 'study.md'}",
+        flush=True,
+    )
+    return counts
+
+
+def raise_missing(root: Path) -> None:
+    from mtft.core.errors import ConfigError
+
+    raise ConfigError(f"--report-only: study directory {root} does not exist; run the study first")

@@ -1,0 +1,72 @@
+"""The Slurm executor, through submitit: one job array, one job per run, the job objects of the local executor.
+
+What a job asks for comes from the study file's ``executor.slurm``: partition, time, nodes, GPUs per job. A job of
+G GPUs on N nodes is N × G Slurm tasks (``tasks_per_node = G``); each task runs the same :class:`RunJob`, which makes
+it one rank of one DeepSpeed run (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` from submitit's
+``TorchDistributedEnvironment``), so a multi-GPU, multi-node run is an ordinary job of the array. On preemption or at
+the time limit submitit calls :meth:`RunJob.checkpoint` and requeues the job; the run resumes from its checkpoint.
+
+Without Slurm (``executor.slurm.cluster: local``) submitit runs the same job objects as local processes: this is
+how the tests exercise this path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from mtft.core.errors import ConfigError
+from mtft.study.jobs import RunJob
+from mtft.study.spec import SlurmSection
+
+
+def run_slurm(
+    jobs: list[RunJob], slurm: SlurmSection, folder: Path, on_result: Callable[[dict[str, Any]], None]
+) -> None:
+    """Submit ``jobs`` as one array and wait for them; ``on_result`` sees each outcome."""
+    import submitit
+
+    executor = submitit.AutoExecutor(folder=str(folder), cluster=slurm.cluster)
+    if executor.cluster == "local" and slurm.gpus_per_job:
+        raise ConfigError("executor.slurm.cluster=local runs on this machine: set gpus_per_job: 0")
+    tasks = slurm.processes_per_node or max(1, slurm.gpus_per_job)
+    parameters: dict[str, Any] = {
+        "timeout_min": slurm.time_min,
+        "nodes": slurm.nodes,
+        "tasks_per_node": tasks,
+        "cpus_per_task": slurm.cpus_per_task,
+        "gpus_per_node": slurm.gpus_per_job,
+        "slurm_array_parallelism": slurm.array_parallelism,
+        "name": "mtft-study",
+    }
+    if slurm.partition:
+        parameters["slurm_partition"] = slurm.partition
+    if slurm.mem_gb:
+        parameters["mem_gb"] = slurm.mem_gb
+    if slurm.additional:
+        parameters["slurm_additional_parameters"] = dict(slurm.additional)
+    if slurm.setup:
+        parameters["slurm_setup"] = list(slurm.setup)
+    if executor.cluster == "local":  # submitit's local executor knows only the generic keys
+        parameters = {k: v for k, v in parameters.items() if not k.startswith("slurm_") and k not in ("mem_gb",)}
+        parameters.pop("cpus_per_task")
+        parameters.pop("name")
+        parameters.pop("nodes")
+    executor.update_parameters(**parameters)
+    distributed = tasks * slurm.nodes > 1
+    for job in jobs:
+        job.distributed_from_submitit = distributed
+        # submitit's local executor starts every job at once: one thread each on a shared machine
+        job.threads = 1 if executor.cluster == "local" else slurm.cpus_per_task
+    submitted = executor.submit_array(jobs) if executor.cluster != "local" else [executor.submit(j) for j in jobs]
+    for job, handle in zip(jobs, submitted):
+        try:
+            outcome = handle.results()[0]  # one result per task; the first task is rank 0
+        except Exception as error:  # the job died outside the run (node failure, cancelled): keep going
+            outcome = {"key": job.key, "status": "failed", "returncode": None, "error": _first_line(error)}
+        on_result(outcome)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return (text[-1] if text else type(error).__name__)[:300]

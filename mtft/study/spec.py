@@ -1,0 +1,211 @@
+"""The study file: a base run config, a grid and/or named variants, the seeds, what to aggregate, how to execute.
+
+A study is a set of *cells* (one combination of grid values, or one named variant, or both) times a set of seeds;
+every (cell, seed) is an ordinary run. The file is validated like a run config (unknown keys, wrong types: one line),
+and :mod:`mtft.study.plan` then validates every cell's resolved run config before anything runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from mtft.config.load import parse_override, read_yaml_mapping, set_dotted
+from mtft.core.errors import ConfigError, echo, shorten
+from mtft.core.paths import name_problem
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class Variant(_Section):
+    name: str = Field(..., description="The variant's name: its cell folder, its row in the tables.")
+    overrides: dict[str, Any] = Field(
+        default_factory=dict, description="Run-config overrides of this variant, dotted keys: {weighting.method: mean}."
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _a_file_name(cls, value: str) -> str:
+        problem = name_problem(value)
+        if problem:
+            raise ValueError(f"variant name {problem}")
+        return value
+
+
+class SlurmSection(_Section):
+    """What each Slurm job asks for (passed to submitit's ``update_parameters``)."""
+
+    partition: Optional[str] = Field(None, description="Slurm partition.")
+    time_min: int = Field(60, ge=1, description="Time limit of one job (one run), minutes.")
+    gpus_per_job: int = Field(0, ge=0, description="GPUs of one job; more than 1 launches the run with torchrun.")
+    processes_per_node: Optional[int] = Field(
+        None,
+        ge=1,
+        description="Processes (DeepSpeed ranks) of a job per node; default one per GPU, or 1 without GPUs.",
+    )
+    cpus_per_task: int = Field(4, ge=1, description="CPU cores of each process of a job (its thread count).")
+    nodes: int = Field(1, ge=1, description="Nodes of one job; more than 1 is a multi-node DeepSpeed run.")
+    mem_gb: Optional[int] = Field(None, ge=1, description="Memory per node, GB.")
+    array_parallelism: int = Field(32, ge=1, description="At most this many jobs of the array run at once.")
+    cluster: Optional[Literal["slurm", "local", "debug"]] = Field(
+        None,
+        description="submitit's cluster: default slurm when sbatch is on PATH; local runs the same job objects "
+        "as local processes (how the tests exercise this path).",
+    )
+    additional: dict[str, Any] = Field(
+        default_factory=dict, description="Extra #SBATCH parameters (submitit's slurm_additional_parameters)."
+    )
+    setup: list[str] = Field(default_factory=list, description="Shell lines run before each job (module load, ...).")
+
+
+class ExecutorSection(_Section):
+    name: Literal["local", "slurm"] = Field("local", description="local: subprocesses here; slurm: job arrays.")
+    workers: int = Field(2, ge=1, description="local: runs at the same time.")
+    threads: Optional[int] = Field(
+        None, ge=1, description="local: threads per run; default cores // workers (workers x threads <= cores)."
+    )
+    slurm: SlurmSection = Field(default_factory=SlurmSection, description="The slurm executor's job resources.")
+
+
+class StudySpec(_Section):
+    name: str = Field(..., description="The study's name; the study directory is refused to any other study.")
+    base: str = Field(..., description="The base run config, relative to the study file (or absolute).")
+    overrides: dict[str, Any] = Field(
+        default_factory=dict, description="Run-config overrides common to every cell, dotted keys."
+    )
+    grid: dict[str, list[Any]] = Field(
+        default_factory=dict,
+        description="Run-config key -> values; the cells are the cartesian product (times the variants).",
+    )
+    variants: list[Variant] = Field(
+        default_factory=list, description="Named sets of overrides, for comparisons that are not a product."
+    )
+    seeds: Optional[list[int]] = Field(None, description="Fine-tuning seeds (run.seed) of every cell.")
+    num_seeds: Optional[int] = Field(None, ge=1, description="Seeds 0..num_seeds-1 (instead of seeds).")
+    metrics: list[str] = Field(
+        default_factory=lambda: ["*"],
+        description="Metrics to aggregate: keys of a run's metrics.json (fnmatch patterns allowed, e.g. "
+        "xnli/*/accuracy) and the run summaries F_p_final, F_p_max, distance, bound_path, wall_s.",
+    )
+    baseline: Optional[dict[str, Any]] = Field(
+        None,
+        description="The cell every other is compared with, seed by seed: axis -> value, e.g. {variant: mean} or "
+        "{weighting.method: mean}; paired differences with 95% confidence intervals.",
+    )
+    output_dir: str = Field("studies/{name}", description="The study directory; '{name}' is replaced.")
+    executor: ExecutorSection = Field(
+        default_factory=ExecutorSection, description="How the runs are executed (not part of what the study is)."
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _a_file_name(cls, value: str) -> str:
+        problem = name_problem(value)
+        if problem:
+            raise ValueError(f"study name {problem}")
+        return value
+
+    @field_validator("grid")
+    @classmethod
+    def _axes_with_values(cls, value: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        for key, values in value.items():
+            if key == "variant" or key.startswith(("run.seed", "run.output_dir", "run.name")):
+                raise ValueError(f"'{key}' is set by the study itself and cannot be a grid axis")
+            if not values:
+                raise ValueError(f"axis '{key}' lists no values")
+            if len({repr(v) for v in values}) != len(values):
+                raise ValueError(f"axis '{key}' lists a value twice: {echo(values)}")
+        return value
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, value: Optional[list[int]]) -> Optional[list[int]]:
+        if value is not None and (not value or len(set(value)) != len(value) or min(value) < 0):
+            raise ValueError(f"must list distinct non-negative seeds, got {echo(value)}")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "StudySpec":
+        if (self.seeds is None) == (self.num_seeds is None):
+            raise ValueError("give exactly one of seeds: [..] and num_seeds: N")
+        names = [v.name for v in self.variants]
+        if len(set(names)) != len(names):
+            raise ValueError(f"variants: a name is used twice: {names}")
+        for key in self.baseline or {}:
+            if key != "variant" and key not in self.grid:
+                raise ValueError(f"baseline: '{key}' is not a grid axis (axes: {', '.join(self.axes)})")
+        if self.baseline:
+            for key, value in self.baseline.items():
+                choices = names if key == "variant" else self.grid[key]
+                if value not in choices:
+                    raise ValueError(f"baseline: {key}={echo(value)} is not one of {echo(choices)}")
+        return self
+
+    @property
+    def axes(self) -> list[str]:
+        """The study's axes in order: ``variant`` (when there are variants), then the grid keys."""
+        return (["variant"] if self.variants else []) + list(self.grid)
+
+    @property
+    def seed_list(self) -> list[int]:
+        return list(self.seeds) if self.seeds is not None else list(range(self.num_seeds or 0))
+
+    @property
+    def directory(self) -> Path:
+        return Path(self.output_dir.replace("{name}", self.name))
+
+
+def load_study(path: str | Path, overrides: Iterable[str] = ()) -> tuple[StudySpec, Path]:
+    """The study file ``path`` with ``key=value`` overrides applied (``num_seeds=2``, ``executor.workers=1``,
+    ``overrides.training.max_steps=50`` for a run-config key); returns the spec and the base config's path."""
+    path = Path(path)
+    raw = read_yaml_mapping(path)
+    for item in overrides:
+        key, value = parse_override(item)
+        head, _, rest = key.partition(".")
+        if head == "overrides" and rest:  # `overrides` is keyed by whole dotted run-config keys
+            if not isinstance(raw.setdefault("overrides", {}), dict):
+                raise ConfigError(f"{path}: overrides must be a mapping of run-config keys to values")
+            raw["overrides"][rest] = value
+        else:
+            set_dotted(raw, key, value)
+    spec = _validate(raw, path)
+    base = Path(spec.base)
+    base = base if base.is_absolute() else path.parent / base
+    if not base.is_file():
+        raise ConfigError(f"{path}: base: config file {base} not found")
+    return spec, base
+
+
+def _validate(raw: dict[str, Any], path: Path) -> StudySpec:
+    try:
+        return StudySpec.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = [str(p) for p in err["loc"]]
+        key = ".".join(loc) or "<top level>"
+        if err["type"] == "extra_forbidden":
+            valid = ", ".join(_section(loc[:-1]).model_fields)
+            raise ConfigError(f"{path}: unknown key '{key}'; valid keys: {valid}") from None
+        if err["type"] == "missing":
+            raise ConfigError(f"{path}: required key '{key}' is missing") from None
+        got = err.get("input")
+        got_text = "" if isinstance(got, (dict, list)) or err["type"] == "value_error" else f" (got {echo(got)})"
+        message = shorten(err["msg"]).removeprefix("Value error, ")
+        raise ConfigError(f"{path}: {key}: {message}{got_text}") from None
+
+
+def _section(parent: list[str]) -> type[BaseModel]:
+    """The model of the section at ``parent`` (``["executor", "slurm"]`` -> SlurmSection)."""
+    model: type[BaseModel] = StudySpec
+    for part in parent:
+        annotation = model.model_fields[part].annotation if part in model.model_fields else None
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            model = annotation
+        elif part.isdigit() or annotation is not None:
+            model = Variant if part.isdigit() else model
+    return model

@@ -1,0 +1,178 @@
+"""``run.py study`` end to end on configs/studies/tiny.yaml (2 learning rates x 2 weightings x 2 seeds, 2 workers):
+the runs, the aggregates against the runs' own metrics.json, a SIGKILLed study resumed to the same result, a
+failing cell, submitit's executor, --report-only and bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from tests.conftest import REPO, clean_env, kill_tree, run_process
+
+STUDY = "configs/studies/tiny.yaml"
+CELLS = ["lr-0.003_method-mean", "lr-0.003_method-lfmlf", "lr-0.01_method-mean", "lr-0.01_method-lfmlf"]
+pytestmark = pytest.mark.timeout(600)
+
+
+def study(out: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    command = [sys.executable, "run.py", "study", "--config", STUDY, f"output_dir={out}", *args]
+    return run_process(command, clean_env(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1"), timeout=timeout)
+
+
+def run_metrics(out: Path) -> dict[tuple[str, int], dict]:
+    return {
+        (cell, seed): json.loads((out / "runs" / cell / f"seed-{seed}" / "metrics.json").read_text())
+        for cell in CELLS
+        for seed in (0, 1)
+    }
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("study") / "tiny"
+    done = study(out)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return out
+
+
+def test_every_run_exists_as_an_ordinary_run(finished):
+    for cell in CELLS:
+        for seed in (0, 1):
+            run = finished / "runs" / cell / f"seed-{seed}"
+            config = (run / "config.yaml").read_text()
+            assert f"seed: {seed}" in config and (run / "report.md").is_file()
+    assert sorted(p.name for p in (finished / "runs").iterdir()) == sorted(CELLS)
+
+
+def test_aggregates_equal_values_recomputed_from_the_runs(finished):
+    results = json.loads((finished / "results.json").read_text())
+    metrics = run_metrics(finished)
+    assert [c["name"] for c in results["cells"]] == CELLS
+    assert {"xnli/accuracy", "xnli/en/accuracy", "xnli/de/accuracy", "wall_s"} <= set(results["metrics"])
+    assert any(m.startswith("F_p_final") for m in results["metrics"])
+    for cell in results["cells"]:
+        assert cell["complete"] == 2 and not cell["failed"] and not cell["pending"]
+        values = np.array([metrics[(cell["name"], seed)]["xnli/accuracy"] for seed in (0, 1)])
+        got = cell["metrics"]["xnli/accuracy"]
+        assert got["mean"] == pytest.approx(values.mean()) and got["std"] == pytest.approx(values.std(ddof=1))
+        assert got["min"] == values.min() and got["max"] == values.max()
+    # paired differences against the baseline (weighting mean at the same learning rate), paired t-test
+    for diff in results["differences"]:
+        if diff["metric"] != "xnli/accuracy":
+            continue
+        a = np.array([metrics[(diff["cell"], s)]["xnli/accuracy"] for s in (0, 1)])
+        b = np.array([metrics[(diff["baseline_cell"], s)]["xnli/accuracy"] for s in (0, 1)])
+        assert diff["baseline_cell"] == diff["cell"].replace("lfmlf", "mean")
+        assert diff["mean"] == pytest.approx((a - b).mean())
+        if np.std(a - b) > 0:
+            assert diff["p_value"] == pytest.approx(stats.ttest_rel(a, b).pvalue)
+    with (finished / "results.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert {row["cell"] for row in rows} == set(CELLS)
+    text = (finished / "study.md").read_text()
+    assert "paired t" in text and all(cell in text for cell in CELLS)
+    assert list((finished / "plots").glob("*.png"))
+
+
+def test_report_only_reaggregates_without_running(finished):
+    before = (finished / "results.json").read_text()
+    (finished / "results.json").unlink()
+    again = study(finished, "--report-only")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert json.loads((finished / "results.json").read_text()) == json.loads(before)
+    assert "to run" not in again.stdout
+
+
+def test_sigkilled_study_resumes_to_the_uninterrupted_result(finished, tmp_path):
+    out = tmp_path / "tiny"
+    command = [sys.executable, "run.py", "study", "--config", STUDY, f"output_dir={out}"]
+    env = clean_env(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    process = subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline and not list(out.glob("runs/*/seed-*/metrics.json")):
+            time.sleep(0.5)
+        assert list(out.glob("runs/*/seed-*/metrics.json")), "no run finished in time"
+        os.kill(process.pid, signal.SIGKILL)  # the study alone: its runs get SIGTERM from the kernel
+        process.wait(timeout=60)
+    finally:
+        kill_tree(process.pid) if process.poll() is None else None
+    finished_before = {p.parent: p.stat().st_mtime_ns for p in out.glob("runs/*/seed-*/metrics.json")}
+    assert 0 < len(finished_before) < 8
+    again = study(out)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"{len(finished_before)} finished" in again.stdout
+    for run_dir, mtime in finished_before.items():  # not re-run
+        assert (run_dir / "metrics.json").stat().st_mtime_ns == mtime
+    assert run_metrics(out) == run_metrics(finished)  # resumed runs end where uninterrupted ones did
+
+
+def test_a_failing_cell_is_reported_and_the_others_finish(tmp_path):
+    out = tmp_path / "tiny"
+    done = study(out, "grid={data.tasks.0.languages: [[en], [xx]]}", "seeds=[0]", "baseline=null")
+    assert done.returncode == 1
+    results = json.loads((out / "results.json").read_text())
+    ok, bad = results["cells"]
+    assert ok["complete"] == 1 and bad["complete"] == 0 and len(bad["failed"]) == 1
+    assert "xx" in bad["failed"][0]["error"]
+    text = (out / "study.md").read_text()
+    assert bad["failed"][0]["error"] in text
+    assert "failed" in done.stdout
+
+
+@pytest.mark.multiprocess
+def test_submitit_executor_runs_a_two_process_job(tmp_path):
+    out = tmp_path / "tiny"
+    done = study(
+        out,
+        "executor.name=slurm",
+        "executor.slurm.cluster=local",
+        "executor.slurm.processes_per_node=2",
+        "grid={weighting.method: [lfmlf]}",
+        "seeds=[0]",
+        "baseline=null",
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    log = (out / "logs" / "method-lfmlf" / "seed-0.log").read_text()
+    assert "on 2 process(es)" in log
+    assert (out / "runs" / "method-lfmlf" / "seed-0" / "metrics.json").is_file()
+    assert json.loads((out / "results.json").read_text())["cells"][0]["complete"] == 1
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["overrides.training.optimizr.lr=1"], "[cell lr-0.003_method-mean]: unknown key 'training.optimizr'"),
+        (["grid={training.optimizer.lr: [0.001, -1]}"], "[cell lr--1_method"),
+        (["executor.name=kubernetes"], "executor.name"),
+    ],
+)
+def test_bad_input_one_line_nothing_written(tmp_path, args, message):
+    out = tmp_path / "tiny"
+    done = study(out, *args)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_study_directory_of_another_study_is_refused(tmp_path):
+    out = tmp_path / "tiny"
+    first = study(out, "name=other", "--report-only")
+    assert first.returncode == 2 and "does not exist" in first.stderr
+    (out).mkdir()
+    (out / "mine.txt").write_text("keep")
+    done = study(out)
+    assert done.returncode == 2 and "is not a study directory" in done.stderr
+    assert (out / "mine.txt").read_text() == "keep"

@@ -1,0 +1,124 @@
+"""The study file and its plan: cells, names, seeds, validation of every cell before anything runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mtft.core.errors import ConfigError
+from mtft.study.plan import expand_cells, plan_runs
+from mtft.study.spec import load_study
+from mtft.study.state import check_run_configs, open_study_dir, write_run_configs
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def write_study(tmp_path: Path, **fields) -> Path:
+    study = {
+        "name": "s",
+        "base": str(REPO / "configs" / "demo.yaml"),
+        "grid": {"training.optimizer.lr": [0.001, 0.01]},
+        "seeds": [0, 1],
+        "output_dir": str(tmp_path / "study"),
+        **fields,
+    }
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(study, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def plan(path: Path, *overrides: str):
+    spec, base = load_study(path, overrides)
+    return spec, plan_runs(spec, base, path)
+
+
+def test_grid_times_variants_times_seeds(tmp_path):
+    path = write_study(
+        tmp_path,
+        variants=[{"name": "mean", "overrides": {"weighting.method": "mean"}}, {"name": "lfmlf"}],
+        baseline={"variant": "mean"},
+    )
+    spec, runs = plan(path)
+    assert spec.axes == ["variant", "training.optimizer.lr"]
+    assert [c.name for c in expand_cells(spec)] == ["mean_lr-0.001", "mean_lr-0.01", "lfmlf_lr-0.001", "lfmlf_lr-0.01"]
+    assert len(runs) == 8
+    run = runs[0]
+    config = yaml.safe_load(run.config_yaml)
+    assert config["weighting"]["method"] == "mean" and config["training"]["optimizer"]["lr"] == 0.001
+    assert config["run"]["seed"] == 0 and config["run"]["output_dir"] == str(tmp_path / "study/runs/mean_lr-0.001/seed-0")
+    assert run.config_path == tmp_path / "study/configs/mean_lr-0.001/seed-0.yaml"
+    assert yaml.safe_load(runs[-1].config_yaml)["weighting"]["method"] == "lfmlf"  # the demo's own
+
+
+def test_num_seeds_and_command_line_overrides(tmp_path):
+    path = write_study(tmp_path, seeds=None, num_seeds=3)
+    spec, runs = plan(path, "num_seeds=2", "overrides.training.max_steps=7", "executor.workers=1")
+    assert spec.seed_list == [0, 1] and spec.executor.workers == 1
+    assert {yaml.safe_load(r.config_yaml)["training"]["max_steps"] for r in runs} == {7}
+
+
+def test_clashing_axis_names_and_values_stay_apart(tmp_path):
+    path = write_study(tmp_path, grid={"training.optimizer.lr": [0.001], "pretrain.optimizer.lr": [1e-3, "1e-3"]})
+    spec, _ = plan(path, "seeds=[0]")
+    names = [c.name for c in expand_cells(spec)]
+    assert len(set(names)) == 2 and all(n.startswith("training.optimizer.lr-0.001_pretrain") for n in names)
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"grid": {"training.optimizer.lrr": [1]}}, "unknown key 'training.optimizer.lrr'"),
+        ({"grid": {"training.optimizer.lr": [0.001, -1.0]}}, "[cell lr--1.0]"),
+        ({"grid": {"run.seed": [1, 2]}}, "set by the study itself"),
+        ({"grid": {"training.optimizer.lr": []}}, "lists no values"),
+        ({"seeds": None}, "exactly one of seeds"),
+        ({"num_seeds": 2}, "exactly one of seeds"),
+        ({"seeds": [1, 1]}, "distinct"),
+        ({"baseline": {"weighting.method": "mean"}}, "not a grid axis"),
+        ({"baseline": {"training.optimizer.lr": 0.5}}, "is not one of"),
+        ({"colour": "red"}, "unknown key 'colour'"),
+        ({"executor": {"workerz": 2}}, "unknown key 'executor.workerz'; valid keys: name, workers"),
+        ({"variants": [{"name": "../x"}]}, "variant name"),
+        ({"overrides": {"run.resume": True}}, "decided by the study"),
+        ({"base": "missing.yaml"}, "not found"),
+    ],
+)
+def test_bad_study_one_line_naming_the_problem(tmp_path, fields, message):
+    path = write_study(tmp_path, **fields)
+    with pytest.raises(ConfigError) as caught:
+        plan(path)
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+    assert not (tmp_path / "study").exists()  # validated before anything is written
+
+
+def test_study_directory_of_another_study_or_not_a_study_is_refused(tmp_path):
+    root = tmp_path / "study"
+    open_study_dir(root, "one", "name: one\n")
+    open_study_dir(root, "one", "name: one\n")  # the same study again: accepted
+    with pytest.raises(ConfigError, match="holds study 'one', not 'two'"):
+        open_study_dir(root, "two", "name: two\n")
+    other = tmp_path / "mine"
+    other.mkdir()
+    (other / "notes.txt").write_text("keep me")
+    with pytest.raises(ConfigError, match="is not a study directory"):
+        open_study_dir(other, "one", "")
+    assert (other / "notes.txt").read_text() == "keep me"
+
+
+def test_a_run_whose_config_changed_is_refused(tmp_path):
+    path = write_study(tmp_path)
+    _, runs = plan(path)
+    write_run_configs(runs)
+    check_run_configs(runs)  # unchanged: fine
+    _, changed = plan(path, "overrides.training.max_steps=5")
+    with pytest.raises(ConfigError, match=r"lr-0.001/seed-0 was run with a different config \(training.max_steps"):
+        check_run_configs(changed)
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "configs" / "studies").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_study_plans(path):
+    """Every run of every shipped study resolves to a valid run config."""
+    spec, runs = plan(path)
+    assert len(runs) == len(expand_cells(spec)) * len(spec.seed_list) > 0
