@@ -10,40 +10,28 @@ import json
 from pathlib import Path
 from typing import Any
 
+from mtft.study.aggregate import run_record
 from mtft.study.plan import PlannedRun
 from mtft.study.state import is_finished, is_started, read_status, status_path
 
-# summaries of a run's forgetting rows (metrics.jsonl, kind "forgetting" / "displacement"), named for the tables
-SUMMARIES = ("F_p_final", "F_p_max", "distance", "bound_path", "bound_displacement", "wall_s")
-
 
 def collect(root: Path, runs: list[PlannedRun]) -> list[dict[str, Any]]:
-    return [run_record(root, run) for run in runs]
+    return [record_of(root, run) for run in runs]
 
 
-def run_record(root: Path, run: PlannedRun) -> dict[str, Any]:
+def record_of(root: Path, run: PlannedRun) -> dict[str, Any]:
+    """The run's record: complete (with its metrics), failed (with its error line) or pending."""
     status = read_status(status_path(root, run))
-    record: dict[str, Any] = {
-        "cell": run.cell.name,
-        "axes": dict(run.cell.axes),
-        "seed": run.seed,
-        "run_dir": str(run.run_dir),
-        "metrics": {},
-        "error": None,
-    }
+    cell, axes, seed, where = run.cell.name, run.cell.axes, run.seed, str(run.run_dir)
     if is_finished(run.run_dir):
-        record["status"] = "complete"
-        record["metrics"] = run_metrics(run.run_dir)
+        metrics = run_metrics(run.run_dir)
         if "wall_s" in status:
-            record["metrics"]["wall_s"] = float(status["wall_s"])
-    elif status.get("status") == "failed":
-        record["status"] = "failed"
-        record["error"] = status.get("error") or "failed"
-    else:
-        record["status"] = "pending"
-        if is_started(run.run_dir):
-            record["error"] = "interrupted; resumes from its checkpoint"
-    return record
+            metrics["wall_s"] = float(status["wall_s"])
+        return run_record(cell, axes, seed, "complete", metrics, run_dir=where)
+    if status.get("status") == "failed":
+        return run_record(cell, axes, seed, "failed", error=status.get("error") or "failed", run_dir=where)
+    started = "interrupted; resumes from its checkpoint" if is_started(run.run_dir) else None
+    return run_record(cell, axes, seed, "pending", error=started, run_dir=where)
 
 
 def run_metrics(run_dir: Path) -> dict[str, float]:

@@ -90,7 +90,7 @@ def report(spec: StudySpec, root: Path, runs: list[PlannedRun], study_file: Path
     records = collect(root, runs)
     cells = [cell.name for cell in expand_cells(spec)]
     results = aggregate(records, spec.axes, spec.metrics, spec.baseline, cells)
-    write_results(root, results, command=f"python run.py study --config {study_file}")
+    write_results(root, results, name=spec.name, command=f"python run.py study --config {study_file}")
     counts = {status: sum(r["status"] == status for r in records) for status in ("complete", "failed", "pending")}
     print(
         f"[mtft] study {spec.name}: {counts['complete']} complete, {counts['failed']} failed, "

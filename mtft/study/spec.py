@@ -196,7 +196,8 @@ def _validate(raw: dict[str, Any], path: Path) -> StudySpec:
         got = err.get("input")
         got_text = "" if isinstance(got, (dict, list)) or err["type"] == "value_error" else f" (got {echo(got)})"
         message = shorten(err["msg"]).removeprefix("Value error, ")
-        raise ConfigError(f"{path}: {key}: {message}{got_text}") from None
+        where = f"{path}: {key}" if loc else str(path)
+        raise ConfigError(f"{where}: {message}{got_text}") from None
 
 
 def _section(parent: list[str]) -> type[BaseModel]:

@@ -155,7 +155,7 @@ def test_submitit_executor_runs_a_two_process_job(tmp_path):
     "args, message",
     [
         (["overrides.training.optimizr.lr=1"], "[cell lr-0.003_method-mean]: unknown key 'training.optimizr'"),
-        (["grid={training.optimizer.lr: [0.001, -1]}"], "[cell lr--1_method"),
+        (["grid={training.optimizer.lr: [0.001, -1], weighting.method: [mean]}"], "[cell lr--1_method-mean]"),
         (["executor.name=kubernetes"], "executor.name"),
     ],
 )

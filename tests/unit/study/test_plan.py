@@ -47,7 +47,9 @@ def test_grid_times_variants_times_seeds(tmp_path):
     run = runs[0]
     config = yaml.safe_load(run.config_yaml)
     assert config["weighting"]["method"] == "mean" and config["training"]["optimizer"]["lr"] == 0.001
-    assert config["run"]["seed"] == 0 and config["run"]["output_dir"] == str(tmp_path / "study/runs/mean_lr-0.001/seed-0")
+    assert config["run"]["seed"] == 0 and config["run"]["output_dir"] == str(
+        tmp_path / "study/runs/mean_lr-0.001/seed-0"
+    )
     assert run.config_path == tmp_path / "study/configs/mean_lr-0.001/seed-0.yaml"
     assert yaml.safe_load(runs[-1].config_yaml)["weighting"]["method"] == "lfmlf"  # the demo's own
 
