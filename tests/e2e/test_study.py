@@ -20,7 +20,7 @@ from scipy import stats
 from tests.conftest import REPO, clean_env, kill_tree, run_process
 
 STUDY = "configs/studies/tiny.yaml"
-CELLS = ["lr-0.003_method-mean", "lr-0.003_method-lfmlf", "lr-0.01_method-mean", "lr-0.01_method-lfmlf"]
+CELLS = ["lr-0.001_method-mean", "lr-0.001_method-lfmlf", "lr-0.003_method-mean", "lr-0.003_method-lfmlf"]
 pytestmark = pytest.mark.timeout(600)
 
 
@@ -154,7 +154,7 @@ def test_submitit_executor_runs_a_two_process_job(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["overrides.training.optimizr.lr=1"], "[cell lr-0.003_method-mean]: unknown key 'training.optimizr'"),
+        (["overrides.training.optimizr.lr=1"], "[cell lr-0.001_method-mean]: unknown key 'training.optimizr'"),
         (["grid={training.optimizer.lr: [0.001, -1], weighting.method: [mean]}"], "[cell lr--1_method-mean]"),
         (["executor.name=kubernetes"], "executor.name"),
     ],
@@ -176,3 +176,27 @@ def test_study_directory_of_another_study_is_refused(tmp_path):
     done = study(out)
     assert done.returncode == 2 and "is not a study directory" in done.stderr
     assert (out / "mine.txt").read_text() == "keep"
+
+
+def test_ctrl_c_stops_cleanly_and_says_how_to_continue(tmp_path):
+    out = tmp_path / "tiny"
+    command = [sys.executable, "run.py", "study", "--config", STUDY, f"output_dir={out}", "seeds=[0]"]
+    env = clean_env(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    process = subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline and not list(out.glob("runs/*/seed-0/checkpoints/step-*")):
+            time.sleep(0.2)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=300)
+    finally:
+        kill_tree(process.pid) if process.poll() is None else None
+    assert process.returncode == 130, stderr[-2000:]
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("error: study stopped by SIGINT") and "--resume" not in last
+    assert last.endswith(f"continue with: python run.py study --config {STUDY} output_dir={out} 'seeds=[0]'")
+    statuses = [json.loads(p.read_text())["status"] for p in out.glob("status/*/seed-0.json")]
+    assert "interrupted" in statuses and "failed" not in statuses
+    assert len(list(out.glob("runs/*/seed-0/metrics.json"))) < 4  # it stopped: not every run finished
