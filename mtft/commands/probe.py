@@ -97,12 +97,18 @@ def _load(folder: Path, args):
     """(label, [(adapter name, MaskedLM)], evaluation set, fresh model for the init stds) of one checkpoint."""
     from mtft.config.schema import RunConfig
     from mtft.forgetting.corpus import build_eval_set
-    from mtft.forgetting.mlm import MaskedLM, load_mlm_model, split_mlm_model
+    from mtft.forgetting.mlm import MaskedLM, load_mlm_checkpoint, load_mlm_model, split_mlm_model
 
     if (folder / "config.json").is_file():
         from transformers import AutoTokenizer
 
-        mlm_model = load_mlm_model(str(folder), None, False).eval()
+        mlm_model, head_missing = load_mlm_checkpoint(str(folder), None, False)
+        if head_missing:
+            raise CheckpointError(
+                f"--checkpoint {folder}: no masked-LM head in the checkpoint ({', '.join(head_missing[:3])} missing), "
+                "so it has no L_p to probe; probe a fine-tuning checkpoint of a run on it (its monitors fit a head)"
+            )
+        mlm_model.eval()
         tokenizer = AutoTokenizer.from_pretrained(str(folder))
         meta = folder / "pretrain.json"
         trained_on = json.loads(meta.read_text()).get("languages") if meta.is_file() else None
@@ -141,7 +147,8 @@ def _finetune_checkpoint(folder: Path, args):
     """A fine-tuning checkpoint, rebuilt as every restore is (:func:`mtft.training.restore.load_run`), under the
     MLM head of the backbone it was fine-tuned from: one model per adapter the method routes to."""
     from mtft.config.paths import cache_dir
-    from mtft.forgetting.mlm import attach_head, load_mlm_model
+    from mtft.forgetting.head_fit import fitted_head
+    from mtft.forgetting.mlm import attach_head, load_mlm_checkpoint
     from mtft.training.pretrain import MARKER, prelude_key, task_languages
     from mtft.training.restore import find_run_dir, load_run
 
@@ -170,7 +177,9 @@ def _finetune_checkpoint(folder: Path, args):
             f"--checkpoint {folder}: the run fine-tuned an untrained tiny encoder, which has no "
             "masked-LM head to probe; pre-train it (pretrain.before_finetune) or probe a backbone"
         )
-    mlm_model = load_mlm_model(backbone, revision, config.model.trust_remote_code)
+    mlm_model, head_missing = load_mlm_checkpoint(backbone, revision, config.model.trust_remote_code)
+    if head_missing:  # the head the run's monitors fitted to θ_p (from the cache, or fitted again alike)
+        fitted_head(mlm_model, run.tokenizer, config, languages, backbone)
     models = []
     for slot, name in enumerate(run.method.probe_slots(list(run.heads), run.objectives)):
         mlm = attach_head(run.model.encoder, mlm_model)

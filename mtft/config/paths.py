@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from mtft.config.schema import RunConfig
+from mtft.core.paths import default_cache_dir
 
 
 def cache_dir(config: RunConfig) -> Path:
     """``data.cache_dir``, else ``$MTFT_CACHE``, else ``~/.cache/mtft``."""
-    return Path(config.data.cache_dir or os.environ.get("MTFT_CACHE") or Path.home() / ".cache" / "mtft")
+    return Path(config.data.cache_dir) if config.data.cache_dir else default_cache_dir()

@@ -438,6 +438,20 @@ class ProbeSection(Section):
         return value
 
 
+class HeadFitSection(Section):
+    """The masked-LM head fitted to θ_p when the backbone's checkpoint ships none (e.g. sentence-transformers'
+    all-MiniLM-L6-v2): L_p is then the masked-LM loss through this head, fitted once and kept fixed."""
+
+    steps: int = Field(300, ge=1, description="Optimizer steps of the fit (Adam on the head alone; θ_p is frozen).")
+    lr: float = Field(1e-3, gt=0.0, description="Learning rate of the fit.")
+    batch_tokens: int = Field(256, ge=1, description="Masked tokens per step.")
+    examples: int = Field(
+        1000, ge=1, description="Texts per language of corpus.train_split the head is fitted on (never the held-out)."
+    )
+    masks: int = Field(2, ge=1, description="Random maskings of each text (each one a set of training tokens).")
+    seed: int = Field(0, ge=0, description="Seed of the head's initialisation, the masks and the order of the fit.")
+
+
 class ForgettingSection(Section):
     """Forgetting monitors: measured F_p = L_p(θ) − L_p(θ_p) against Theorem 1's bounds (Mao et al., 2022;
     Springer et al., 2025)."""
@@ -477,6 +491,10 @@ class ForgettingSection(Section):
         "Theorem 4.7).",
     )
     probe: ProbeSection = Field(default_factory=ProbeSection, description="End-of-run Gaussian sensitivity probe.")
+    head_fit: HeadFitSection = Field(
+        default_factory=HeadFitSection,
+        description="For a backbone without a masked-LM head: the head fitted once to θ_p (cached) that L_p uses.",
+    )
 
 
 class RunConfig(Section):

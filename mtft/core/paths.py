@@ -37,6 +37,11 @@ def check_name(name: object, what: str) -> str:
     return name  # type: ignore[return-value]
 
 
+def default_cache_dir() -> Path:
+    """Where mtft keeps what runs reuse when no ``data.cache_dir`` is given: ``$MTFT_CACHE``, else ``~/.cache/mtft``."""
+    return Path(os.environ.get("MTFT_CACHE") or Path.home() / ".cache" / "mtft")
+
+
 def inside(root: str | Path, *parts: str) -> Path:
     """``root / part / ...``, refused (ConfigError) unless it stays strictly inside ``root``: no absolute part,
     no ``..``, no separator smuggled into a part."""

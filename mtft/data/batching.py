@@ -4,7 +4,8 @@ One batch mixes rows of any heads: one ``input_ids``/``attention_mask`` matrix f
 ``head_index`` and ``objective_index`` of every encoder row, and one ``labels`` matrix in which each head's
 rows hold what that head's :meth:`~mtft.models.heads.Head.collate_labels` made of them (float64, padded with
 IGNORE_INDEX). An encoded row whose ``input_ids`` is a list of C sequences (multiple choice) becomes C
-encoder rows sharing one ``group_index`` value and the row's labels.
+encoder rows sharing one ``group_index`` value and the row's labels. Segment ids (``token_type_ids``: BERT marks
+the second text of a pair with 1) go into the batch when the tokenizer wrote them; XLM-R's tokenizer writes none.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 
 from mtft.core.labels import IGNORE_INDEX
 from mtft.data.pipeline import PreparedData
+from mtft.tasks.base import SEGMENTS
 from mtft.tasks.kinds import head_class
 
 
@@ -54,14 +56,18 @@ class BatchBuilder:
 
     def collate(self, rows: list[dict], heads: list[int], objectives: Optional[list[int]] = None) -> dict:
         """Pad ``rows`` (encoded rows of the heads ``heads``) into one batch; see the module docstring."""
-        sequences, head_index, objective_index, group_index = [], [], [], []
+        sequences, segments, head_index, objective_index, group_index = [], [], [], [], []
+        with_segments = all(row.get(SEGMENTS) is not None for row in rows)
         for n, row in enumerate(rows):
             ids = row["input_ids"]
-            for sequence in ids if ids and isinstance(ids[0], list) else [ids]:
-                sequences.append(sequence)
-                head_index.append(heads[n])
-                objective_index.append(objectives[n] if objectives is not None else 0)
-                group_index.append(n)
+            nested = bool(ids) and isinstance(ids[0], list)
+            own = ids if nested else [ids]
+            sequences += own
+            if with_segments:
+                segments += row[SEGMENTS] if nested else [row[SEGMENTS]]
+            head_index += [heads[n]] * len(own)
+            objective_index += [objectives[n] if objectives is not None else 0] * len(own)
+            group_index += [n] * len(own)
         width = max(len(s) for s in sequences)
         input_ids = torch.full((len(sequences), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(sequences), width), dtype=torch.long)
@@ -77,6 +83,10 @@ class BatchBuilder:
         }
         if objectives is not None:
             batch["objective_index"] = torch.tensor(objective_index, dtype=torch.long)
+        if with_segments:  # padded with segment 0, as the tokenizers' own padding does
+            batch[SEGMENTS] = torch.zeros((len(sequences), width), dtype=torch.long)
+            for i, segment in enumerate(segments):
+                batch[SEGMENTS][i, : len(segment)] = torch.tensor(segment, dtype=torch.long)
         return batch
 
     def _labels(self, rows: list[dict], heads: list[int], group_index: list[int]) -> torch.Tensor:

@@ -35,11 +35,13 @@ def evaluate(model, data: PreparedData, builder: BatchBuilder, batch_size: int, 
         outputs = []
         for _, batch in builder.eval_batches(objective.task, objective.language, batch_size):
             context = {k: batch[k].to(device) for k in ("attention_mask", "group_index")}
+            segments = batch.get("token_type_ids")
             logits = model.predict_logits(
                 head_name,
                 batch["input_ids"].to(device),
                 **context,
                 objective=data.eval_objective.get((head_name, objective.language)),
+                token_type_ids=None if segments is None else segments.to(device),
             )
             logits = tuple(x.float().cpu() for x in logits) if isinstance(logits, tuple) else logits.float().cpu()
             outputs += head.decode(logits, **{k: v.cpu() for k, v in context.items()})

@@ -1,9 +1,11 @@
-"""The masked-LM loss L_p of an encoder: the fine-tuned encoder under the backbone's own MLM head.
+"""The masked-LM loss L_p of an encoder: the fine-tuned encoder under a masked-LM head that fine-tuning never trains.
 
-The head is taken from ``AutoModelForMaskedLM`` of the backbone (its pre-trained head; a freshly initialised one
-for the untrained ``tiny`` encoder) and is never trained by fine-tuning. Where the backbone ties its output
-embedding to the input embedding (XLM-R, BERT), the head's decoder is re-tied to the *fine-tuned* encoder's
-embedding, exactly as the fine-tuned model would be saved and reloaded as a masked-LM.
+The head is the backbone's own pre-trained one (``AutoModelForMaskedLM`` of the checkpoint: XLM-R's ``lm_head``,
+BERT's ``cls``), a freshly initialised one for the untrained ``tiny`` encoder, or -- for a checkpoint that ships
+no masked-LM head, such as sentence-transformers' all-MiniLM-L6-v2 -- a head fitted once to the frozen θ_p
+(:mod:`mtft.forgetting.head_fit`). Where the backbone ties its output embedding to the input embedding (XLM-R,
+BERT), the head's decoder is re-tied to the *fine-tuned* encoder's embedding, exactly as the fine-tuned model would
+be saved and reloaded as a masked-LM.
 
 Logits are computed only at the masked positions (the head is position-wise): with XLM-R's 250k-token
 vocabulary, logits at every position would cost gigabytes, and double backward through them more.
@@ -21,6 +23,8 @@ from transformers import AutoModelForMaskedLM, PretrainedConfig
 from mtft.core.errors import ConfigError
 from mtft.core.labels import IGNORE_INDEX
 from mtft.core.rows import labelled_rows
+from mtft.models.loading import listing, load_pretrained, modules
+from mtft.reporting.logs import logger
 
 
 class MaskedLM(nn.Module):
@@ -72,16 +76,44 @@ def split_mlm_model(mlm: nn.Module) -> tuple[nn.Module, nn.Module, Optional[nn.M
 def load_mlm_model(
     backbone: str, revision: Optional[str], trust_remote_code: bool, config: Optional[PretrainedConfig] = None
 ) -> nn.Module:
-    """The backbone as a masked-LM: from the Hub or a folder, or built from ``config`` (the tiny encoder)."""
+    """The backbone as a masked-LM: built from ``config`` (the tiny encoder; a fresh head), or from the Hub or a
+    folder, where a head the checkpoint lacks is initialised at random (pre-training trains it; the monitors
+    use :func:`load_mlm_checkpoint` instead and fit one)."""
     if config is not None:
         with torch.random.fork_rng(devices=[]):  # a fresh head must not move the run's RNG
             torch.manual_seed(0)
             return AutoModelForMaskedLM.from_config(config)
+    model, head_missing = load_mlm_checkpoint(backbone, revision, trust_remote_code)
+    if head_missing:
+        logger.info(f"model.backbone={backbone}: no masked-LM head in the checkpoint; a new one is initialised")
+    return model
+
+
+def load_mlm_checkpoint(backbone: str, revision: Optional[str], trust_remote_code: bool) -> tuple[nn.Module, list[str]]:
+    """(the checkpoint as a masked-LM, the head parameters it lacked). Checkpoint modules a masked-LM does not use
+    (a pooler, a next-sentence head) are ignored in one log line; encoder weights it lacks are a warning."""
     try:
-        return AutoModelForMaskedLM.from_pretrained(backbone, revision=revision, trust_remote_code=trust_remote_code)
+        with torch.random.fork_rng(devices=[]):  # initialising what the checkpoint lacks must not move the run's RNG
+            model, info = load_pretrained(
+                AutoModelForMaskedLM, backbone, revision=revision, trust_remote_code=trust_remote_code
+            )
     except (OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(f"cannot load the masked-LM head of model.backbone={backbone!r}: {first}") from None
+    prefix = model.base_model_prefix
+    lacking = info.missing | info.mismatched
+    encoder = sorted(k for k in lacking if k.split(".")[0] == prefix)
+    if info.unexpected:
+        logger.info(
+            f"model.backbone={backbone}: {', '.join(modules(info.unexpected, prefix))} of the checkpoint ignored "
+            "(not part of a masked-LM)"
+        )
+    if encoder:
+        logger.warning(
+            f"model.backbone={backbone}: {len(encoder)} encoder weight(s) of the masked-LM not in the checkpoint "
+            f"(or of another shape), initialised at random: {listing(encoder)}"
+        )
+    return model, sorted(k for k in lacking if k.split(".")[0] != prefix)
 
 
 def attach_head(encoder: nn.Module, mlm: nn.Module) -> MaskedLM:

@@ -36,12 +36,14 @@ from mtft.config.paths import cache_dir
 from mtft.config.schema import RunConfig
 from mtft.core.errors import ConfigError
 from mtft.forgetting.corpus import MlmEvalSet, build_eval_set, corpus_languages
+from mtft.forgetting.head_fit import fitted_head
 from mtft.forgetting.hessian import EigenResult, LpObjective, top_eigenvalue
-from mtft.forgetting.mlm import attach_head, load_mlm_model, lp_per_language, lp_sums
+from mtft.forgetting.mlm import attach_head, load_mlm_checkpoint, load_mlm_model, lp_per_language, lp_sums
 from mtft.forgetting.probe import gaussian_probe, init_stds, probe_lp, write_probe_json
 from mtft.reporting.logs import logger
 
 LAMBDA_VERSION = "1"
+FRESH_HEAD = "a freshly initialised masked-LM head (the tiny encoder is not pre-trained here)"
 
 
 @dataclass
@@ -50,6 +52,8 @@ class ForgettingSetup:
 
     eval_set: MlmEvalSet
     model_config: RunConfig  # with model.backbone resolved (the pre-trained checkpoint of a pretrain prelude)
+    mlm_model: Optional[torch.nn.Module] = None  # the backbone as a masked-LM (None: a fresh head on the encoder)
+    lp_head: str = FRESH_HEAD  # how L_p's masked-LM head was obtained, for the log and the report
 
 
 def prepare_forgetting(config: RunConfig, model_config: RunConfig, data) -> Optional[ForgettingSetup]:
@@ -78,7 +82,20 @@ def prepare_forgetting(config: RunConfig, model_config: RunConfig, data) -> Opti
             "synthetic corpus; set corpus.path to generic text in your backbone's languages"
         )
     languages = corpus_languages(config, [lang for td in data.tasks.values() for lang in td.languages])
-    return ForgettingSetup(build_eval_set(config, data.tokenizer, languages, config.data.max_length), model_config)
+    eval_set = build_eval_set(config, data.tokenizer, languages, config.data.max_length)
+    return ForgettingSetup(eval_set, model_config, *masked_lm_for_lp(config, model_config, data.tokenizer, languages))
+
+
+def masked_lm_for_lp(config: RunConfig, model_config: RunConfig, tokenizer, languages) -> tuple[Optional[Any], str]:
+    """The backbone as a masked-LM and how its head was obtained: the checkpoint's own, fitted to θ_p when the
+    checkpoint has none (:mod:`mtft.forgetting.head_fit`), or fresh on the untrained tiny encoder."""
+    model = model_config.model
+    if model.backbone == "tiny":
+        return None, FRESH_HEAD
+    mlm_model, head_missing = load_mlm_checkpoint(model.backbone, model.revision, model.trust_remote_code)
+    if not head_missing:
+        return mlm_model, f"the masked-LM head of the checkpoint {model.backbone}"
+    return mlm_model, fitted_head(mlm_model, tokenizer, config, languages, model.backbone)
 
 
 def budget_alpha(previous: float, update: float, new: float, radius_sq: float) -> float:
@@ -121,12 +138,10 @@ class ForgettingMonitor:
         model = setup.model_config.model
         self.backbone = model.backbone
         encoder = engine.module.encoder
-        self.mlm_model = load_mlm_model(
-            model.backbone,
-            model.revision,
-            model.trust_remote_code,
-            encoder.config if model.backbone == "tiny" else None,
-        )
+        self.lp_head = setup.lp_head
+        self.mlm_model = setup.mlm_model
+        if self.mlm_model is None:
+            self.mlm_model = load_mlm_model(model.backbone, model.revision, model.trust_remote_code, encoder.config)
         self.mlm = attach_head(encoder, self.mlm_model)
         self.tracker = build_method(config.model.adapter).tracker(encoder, data.head_tasks(), data.objective_names)
         self.groups = self.tracker.groups
@@ -180,6 +195,7 @@ class ForgettingMonitor:
             "hessian_examples_per_language": self.cfg.hessian_examples,
             "prediction_examples_per_language": self.cfg.prediction_examples,
             "lp_batch_pretrained": self.lp_batch_pretrained,
+            "lp_head": self.lp_head,
             **{f"lp_pretrained/{lang}": v for lang, v in self.lp_pretrained.items()},
         }
         if step == 0:  # a resumed run keeps the event its first attempt logged

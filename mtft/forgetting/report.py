@@ -8,6 +8,8 @@ from typing import Any, Optional
 from mtft.forgetting.plots import plot_forgetting, plot_pretrain, plot_sensitivity, plot_stationarity
 from mtft.reporting.logs import read_metrics
 
+OWN_HEAD = "the backbone's own masked-LM head"  # runs logged before the monitor said which head L_p used
+
 
 def _key(name: str, group: str, language: str = "") -> str:
     """name[/group][/language]: group is "" for full fine-tuning, a task for Multi-LoRA."""
@@ -43,8 +45,9 @@ def _forgetting(run_dir: Path, events: list[dict[str, Any]]) -> list[str]:
     lines = [
         "## Forgetting (Theorem 1)",
         "",
-        f"L_p is the masked-LM loss on held-out generic text ({', '.join(languages)}; fixed masks), under the "
-        "backbone's own MLM head; F_p = L_p(θ) − L_p(θ_p), averaged over languages. "
+        f"L_p is the masked-LM loss on held-out generic text ({', '.join(languages)}; fixed masks) through "
+        f"{eigen.get('lp_head', OWN_HEAD)}; F_p = L_p(θ) − L_p(θ_p), averaged over "
+        "languages. "
         f"λ_p = **{eigen['lambda_p']:.4g}** (largest eigenvalue of ∇²L_p(θ_p) over {eigen['parameters']:,} parameters "
         f"on a fixed batch of {eigen['hessian_examples_per_language']} texts per language; {eigen['eigen_method']}, "
         f"{eigen['eigen_products']} Hessian-vector products, residual {eigen['eigen_residual']:.1e}, {converged}"

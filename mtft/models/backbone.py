@@ -1,4 +1,8 @@
-"""The shared encoder: any Hugging Face encoder through the Auto classes, or a tiny random XLM-R."""
+"""The shared encoder: any Hugging Face encoder through the Auto classes, or a tiny random XLM-R.
+
+Nothing downstream assumes XLM-R: the tokenizer's own special tokens and segment ids (``token_type_ids``, which
+BERT uses for the second text of a pair) travel with every batch, and only the ``tiny`` encoder is built here.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from transformers import AutoConfig, AutoModel, PreTrainedModel, XLMRobertaConfi
 
 from mtft.config.schema import ModelSection
 from mtft.core.errors import ConfigError
+from mtft.models.loading import load_pretrained, report_encoder_load
 
 
 def build_encoder(cfg: ModelSection, tokenizer, max_length: int, init_seed: int) -> PreTrainedModel:
@@ -48,7 +53,9 @@ def _pretrained(cfg: ModelSection) -> PreTrainedModel:
             for key in ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout", "attention_dropout"):
                 if hasattr(config, key):
                     setattr(config, key, cfg.dropout)
-        return AutoModel.from_pretrained(cfg.backbone, config=config, **options)
+        encoder, info = load_pretrained(AutoModel, cfg.backbone, config=config, **options)
     except (OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(f"cannot load model.backbone={cfg.backbone!r}: {first}") from None
+    report_encoder_load(cfg.backbone, info)
+    return encoder

@@ -35,11 +35,13 @@ class MultiTaskModel(nn.Module):
         head_index: torch.Tensor,
         objective_index: torch.Tensor,
         group_index: Optional[torch.Tensor] = None,
+        token_type_ids: Optional[torch.Tensor] = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-objective loss sums and counts. One row per encoder row; ``labels`` is the batch's label matrix
-        (see :mod:`mtft.models.heads`); ``group_index`` marks encoder rows of one example (multiple choice)."""
+        (see :mod:`mtft.models.heads`); ``group_index`` marks encoder rows of one example (multiple choice);
+        ``token_type_ids`` are the tokenizer's segment ids, where it writes them (BERT)."""
         with labelled_rows(objective=objective_index, task=head_index):
-            hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            hidden = self.encode(input_ids, attention_mask, token_type_ids)
         sums = hidden.new_zeros(self.num_objectives)
         counts = hidden.new_zeros(self.num_objectives)
         for k, head in enumerate(self.heads.values()):
@@ -54,6 +56,14 @@ class MultiTaskModel(nn.Module):
             counts = counts.index_add(0, objectives, out.loss_count.to(counts.dtype))
         return sums, counts
 
+    def encode(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: Optional[torch.Tensor]
+    ) -> torch.Tensor:
+        """The encoder's last hidden states; segment ids only where the tokenizer wrote them (an encoder without
+        segments, e.g. DistilBERT, takes no such argument)."""
+        segments = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+        return self.encoder(input_ids=input_ids, attention_mask=attention_mask, **segments).last_hidden_state
+
     @torch.no_grad()
     def predict_logits(
         self,
@@ -62,9 +72,11 @@ class MultiTaskModel(nn.Module):
         attention_mask: torch.Tensor,
         group_index: Optional[torch.Tensor] = None,
         objective: Optional[int] = None,
+        token_type_ids: Optional[torch.Tensor] = None,
     ) -> Any:
         """Logits of ``head`` for a batch of its rows; ``objective`` (the rows' loss objective, where it is
-        a trained one) routes adapters kept per objective; ``group_index`` as in :meth:`forward`."""
+        a trained one) routes adapters kept per objective; ``group_index`` and ``token_type_ids`` as in
+        :meth:`forward`."""
 
         def rows(value: int) -> torch.Tensor:
             return torch.full((input_ids.shape[0],), value, dtype=torch.long, device=input_ids.device)
@@ -72,7 +84,7 @@ class MultiTaskModel(nn.Module):
         with labelled_rows(
             task=rows(self.head_position[head]), objective=None if objective is None else rows(objective)
         ):
-            hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            hidden = self.encode(input_ids, attention_mask, token_type_ids)
         context = {"attention_mask": attention_mask}
         if group_index is not None:
             context["group_index"] = group_index

@@ -28,6 +28,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from mtft.core.errors import ConfigError, DataError, echo, shorten
 from mtft.tasks.hidden import HIDDEN_ENCODED, check_not_hidden, is_hidden
 
+#: Segment ids in encoded rows, kept wherever the tokenizer writes them (BERT: 0 for the first text of a pair, 1
+#: for the second; XLM-R's tokenizer writes none); the batch builder hands them to the encoder.
+SEGMENTS = "token_type_ids"
+
 
 class NoSettings(BaseModel):
     """A task kind without settings."""

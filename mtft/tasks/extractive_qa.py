@@ -26,7 +26,7 @@ import datasets
 from pydantic import BaseModel, ConfigDict, Field
 
 from mtft.core.errors import ConfigError, DataError
-from mtft.tasks.base import Task, unique_by_id
+from mtft.tasks.base import SEGMENTS, Task, unique_by_id
 
 logger = logging.getLogger("mtft")
 
@@ -108,6 +108,8 @@ class ExtractiveQATask(Task):
         )
         ids = self.example_ids(batch, rows)
         out: dict[str, list] = {"input_ids": encoded["input_ids"], "labels": [], "offset_mapping": [], "id": []}
+        if SEGMENTS in encoded:
+            out[SEGMENTS] = encoded[SEGMENTS]
         for i, sample in enumerate(encoded["overflow_to_sample_mapping"]):
             sequence_ids = encoded.sequence_ids(i)
             offsets = [list(o) if s == 1 else NOT_CONTEXT for o, s in zip(encoded["offset_mapping"][i], sequence_ids)]

@@ -23,7 +23,7 @@ import datasets
 from pydantic import BaseModel, ConfigDict, Field
 
 from mtft.core.errors import DataError
-from mtft.tasks.base import Task
+from mtft.tasks.base import SEGMENTS, Task
 
 
 class ChoiceSettings(BaseModel):
@@ -103,10 +103,12 @@ class MultipleChoiceTask(Task):
             for column in options.choice_columns:
                 firsts.append(context)
                 seconds.append(options.choice_template.format(**{**record, "choice": record[column]}))
-        ids = tokenizer(firsts, seconds, truncation=True, max_length=max_length)["input_ids"]
+        encoded = tokenizer(firsts, seconds, truncation=True, max_length=max_length)
         width = len(options.choice_columns)
-        return {
-            "input_ids": [ids[i * width : (i + 1) * width] for i in range(count)],
+        out = {
             "labels": self.label_ids(batch[self.label_column], label_names, where, rows),
             "id": self.example_ids(batch, rows),
         }
+        for column in ("input_ids", SEGMENTS) if SEGMENTS in encoded else ("input_ids",):
+            out[column] = [encoded[column][i * width : (i + 1) * width] for i in range(count)]
+        return out

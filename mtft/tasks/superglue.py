@@ -25,7 +25,7 @@ from mtft.core.errors import DataError
 from mtft.metrics.common import accuracy
 from mtft.metrics.diagnostics import gender_parity
 from mtft.metrics.superglue import multirc_scores, record_scores
-from mtft.tasks.base import Task, unique_by_id
+from mtft.tasks.base import SEGMENTS, Task, unique_by_id
 from mtft.tasks.hidden import HIDDEN_ENCODED, check_not_hidden, is_hidden
 from mtft.tasks.spans import CharSpan, mark_char_spans, word_span
 
@@ -125,7 +125,10 @@ class RecordTask(Task):
                 ids.append(example)
                 candidates.append(entity)
         encoded = tokenizer(passages, queries, truncation=True, max_length=max_length)
-        return {"input_ids": encoded["input_ids"], "labels": labels, "id": ids, "candidate": candidates}
+        out = {"input_ids": encoded["input_ids"], "labels": labels, "id": ids, "candidate": candidates}
+        if SEGMENTS in encoded:
+            out[SEGMENTS] = encoded[SEGMENTS]
+        return out
 
     def postprocess(
         self, outputs: list, encoded: datasets.Dataset, raw: datasets.Dataset, label_names: Sequence[str]

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mtft.core.errors import DataError
 from mtft.core.labels import IGNORE_INDEX
-from mtft.tasks.base import Task, unique_by_id
+from mtft.tasks.base import SEGMENTS, Task, unique_by_id
 
 logger = logging.getLogger("mtft")
 
@@ -43,6 +43,8 @@ class TokenClassificationTask(Task):
         words = batch[self.text_columns[0]]
         encoded = tokenizer(words, is_split_into_words=True, truncation=True, max_length=max_length)
         out: dict[str, list] = {"input_ids": encoded["input_ids"], "labels": [], "word_ids": []}
+        if SEGMENTS in encoded:
+            out[SEGMENTS] = encoded[SEGMENTS]
         for n, (row, tags) in enumerate(zip(rows, batch[self.label_column])):
             if len(tags) != len(words[n]):
                 raise DataError(f"{where}: row {row}: {len(words[n])} words but {len(tags)} tags")
