@@ -202,6 +202,12 @@ class DataSection(Section):
     )
 
 
+    @property
+    def longest_row(self) -> int:
+        """The most tokens any task's rows may have: the positions a locally built (tiny) encoder needs."""
+        return max([self.max_length, *(t.max_length for t in self.tasks if t.max_length)])
+
+
 class WeightingSection(Section):
     method: str = Field(
         "mean",

@@ -108,6 +108,17 @@ def prepare_data(config: RunConfig, make_tokenizer: Callable[[list[str]], Any]) 
     return PreparedData(tasks, tokenizer, units, unit_objective, names, eval_objective)
 
 
+def task_texts(config: RunConfig) -> list[str]:
+    """The raw texts of every task of ``config`` (what a locally trained tokenizer of the run is trained on), loaded
+    and checked as :func:`prepare_data` does, not tokenised."""
+    available = discover_tasks(config.data.task_dirs)
+    tasks = {
+        s.name: _load_task(get_task(s.name, available).configured(s.settings, f"data.tasks ({s.name})"), s, config)
+        for s in config.data.tasks
+    }
+    return _all_texts(tasks)
+
+
 def _load_task(task: Task, selection: TaskSelection, config: RunConfig) -> TaskData:
     languages = selection.languages or list(task.languages)
     unknown = [lang for lang in languages if lang not in task.languages]

@@ -53,5 +53,5 @@ def _prefetch_backbone(config: RunConfig, echo: Callable[[str], None]) -> None:
 
     model = config.model
     tokenizer = load_backbone_tokenizer(model.backbone, model.revision, model.trust_remote_code)
-    build_encoder(model, tokenizer, config.data.max_length, config.pretrain.seed)  # downloads the weights
+    build_encoder(model, tokenizer, config.data.longest_row, config.pretrain.seed)  # downloads the weights
     echo(f"cached model {model.backbone}" + (f" (revision {model.revision})" if model.revision else ""))

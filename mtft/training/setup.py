@@ -33,7 +33,7 @@ def make_tokenizer_factory(config: RunConfig):
 
 def build_model(config: RunConfig, data: PreparedData) -> MultiTaskModel:
     # the backbone's weights follow pretrain.seed; everything fine-tuning initialises follows run.seed
-    encoder = build_encoder(config.model, data.tokenizer, config.data.max_length, config.pretrain.seed)
+    encoder = build_encoder(config.model, data.tokenizer, config.data.longest_row, config.pretrain.seed)
     torch.manual_seed(config.run.seed)
     method = build_method(config.model.adapter)
     if method.routing == "objective":

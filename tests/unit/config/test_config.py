@@ -208,3 +208,12 @@ def test_long_values_are_not_echoed_whole(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_config(write(tmp_path, MINIMAL), ["training.max_steps=" + "9x" * 50000])
     assert len(str(info.value)) < 600
+
+
+def test_longest_row_covers_every_task_max_length():
+    """A tiny encoder is built with positions for the longest task rows (a QA task's 96 > data.max_length 64)."""
+    from mtft.config.schema import DataSection
+
+    data = DataSection(max_length=64, tasks=[{"name": "xnli"}, {"name": "tydiqa", "max_length": 96}])
+    assert data.longest_row == 96
+    assert DataSection(max_length=64, tasks=[{"name": "xnli", "max_length": 32}]).longest_row == 64
