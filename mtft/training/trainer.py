@@ -378,7 +378,10 @@ class Run:
         setup = [
             ("backbone", cfg.model.backbone),
             ("method", cfg.model.adapter.method),
-            ("weighting", f"{cfg.weighting.method} over {cfg.weighting.objectives}"),
+            (
+                "weighting",
+                f"{cfg.weighting.method} over {cfg.weighting.objectives}{_options_text(cfg.weighting.options)}",
+            ),
             ("optimizer", f"{cfg.training.optimizer.name}, lr {cfg.training.optimizer.lr:g}"),
             ("steps", str(self.step)),
             ("processes", str(self.proc.world_size)),
@@ -403,3 +406,8 @@ class Run:
             variants={name: td.task.metric_description() for name, td in self.data.tasks.items()},
         )
         logger.info(f"report: {path}")
+
+
+def _options_text(options: dict[str, Any]) -> str:
+    """``weighting.options`` for the report's setup table, e.g. " (floor=0.1, normalize=none)"; "" when empty."""
+    return f" ({', '.join(f'{k}={v}' for k, v in sorted(options.items()))})" if options else ""
