@@ -44,17 +44,21 @@ class PlannedRun:
 
 
 def expand_cells(spec: StudySpec) -> list[Cell]:
-    """The variants (in file order) times the grid's cartesian product (in key order, first key slowest)."""
-    variants = spec.variants or [None]
+    """Variants × factors × the grid's cartesian product, in file order (the first axis varies slowest)."""
     keys = list(spec.grid)
     short = _short_names(keys)
+    named: list[tuple[str, list[tuple[str, dict[str, Any]]]]] = []  # axis -> [(level, overrides)]
+    if spec.variants:
+        named.append(("variant", [(v.name, v.overrides) for v in spec.variants]))
+    named += [(axis, list(levels.items())) for axis, levels in spec.factors.items()]
     cells, seen = [], set()
-    for variant in variants:
+    for levels in itertools.product(*(choices for _, choices in named)):
         for values in itertools.product(*(spec.grid[k] for k in keys)):
-            axes: dict[str, Any] = {"variant": variant.name} if variant else {}
+            axes: dict[str, Any] = {axis: level for (axis, _), (level, _) in zip(named, levels)}
             axes.update(zip(keys, values))
-            overrides = {**(variant.overrides if variant else {}), **dict(zip(keys, values))}
-            parts = ([variant.name] if variant else []) + [f"{short[k]}-{_slug(v)}" for k, v in zip(keys, values)]
+            overrides = {key: value for _, level in levels for key, value in level.items()}
+            overrides.update(zip(keys, values))
+            parts = [level for level, _ in levels] + [f"{short[k]}-{_slug(v)}" for k, v in zip(keys, values)]
             name = "_".join(parts) or "base"
             if name in seen:  # two values with the same slug (e.g. 1e-3 and 0.001): keep them apart
                 name += "-" + hashlib.sha256(repr(values).encode()).hexdigest()[:6]

@@ -84,6 +84,12 @@ class StudySpec(_Section):
     variants: list[Variant] = Field(
         default_factory=list, description="Named sets of overrides, for comparisons that are not a product."
     )
+    factors: dict[str, dict[str, dict[str, Any]]] = Field(
+        default_factory=dict,
+        description="Named axes whose levels are named sets of overrides: axis -> {level: {key: value}}, e.g. "
+        "setup: {full-adamw: {model.adapter.method: full, training.optimizer.lr: 1e-3}, ...}; crossed with the "
+        "variants and the grid.",
+    )
     seeds: Optional[list[int]] = Field(None, description="Fine-tuning seeds (run.seed) of every cell.")
     num_seeds: Optional[int] = Field(None, ge=1, description="Seeds 0..num_seeds-1 (instead of seeds).")
     metrics: list[str] = Field(
@@ -121,6 +127,20 @@ class StudySpec(_Section):
                 raise ValueError(f"axis '{key}' lists a value twice: {echo(values)}")
         return value
 
+    @field_validator("factors")
+    @classmethod
+    def _named_levels(cls, value: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, dict[str, Any]]]:
+        for axis, levels in value.items():
+            if axis == "variant" or "." in axis or name_problem(axis):
+                raise ValueError(f"factor name {axis!r} must be a plain name (no dots), not 'variant'")
+            if not levels:
+                raise ValueError(f"factor '{axis}' has no levels")
+            for level in levels:
+                problem = name_problem(level)
+                if problem:
+                    raise ValueError(f"factor '{axis}': level name {problem}")
+        return value
+
     @field_validator("seeds")
     @classmethod
     def _distinct_seeds(cls, value: Optional[list[int]]) -> Optional[list[int]]:
@@ -136,19 +156,21 @@ class StudySpec(_Section):
         if len(set(names)) != len(names):
             raise ValueError(f"variants: a name is used twice: {names}")
         for key in self.baseline or {}:
-            if key != "variant" and key not in self.grid:
-                raise ValueError(f"baseline: '{key}' is not a grid axis (axes: {', '.join(self.axes)})")
+            if key not in self.axes:
+                raise ValueError(f"baseline: '{key}' is not an axis of the study (axes: {', '.join(self.axes)})")
         if self.baseline:
             for key, value in self.baseline.items():
-                choices = names if key == "variant" else self.grid[key]
+                choices = (
+                    names if key == "variant" else list(self.factors[key]) if key in self.factors else self.grid[key]
+                )
                 if value not in choices:
                     raise ValueError(f"baseline: {key}={echo(value)} is not one of {echo(choices)}")
         return self
 
     @property
     def axes(self) -> list[str]:
-        """The study's axes in order: ``variant`` (when there are variants), then the grid keys."""
-        return (["variant"] if self.variants else []) + list(self.grid)
+        """The study's axes in order: ``variant`` (when there are variants), the factors, then the grid keys."""
+        return (["variant"] if self.variants else []) + list(self.factors) + list(self.grid)
 
     @property
     def seed_list(self) -> list[int]:

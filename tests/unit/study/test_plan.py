@@ -54,6 +54,33 @@ def test_grid_times_variants_times_seeds(tmp_path):
     assert yaml.safe_load(runs[-1].config_yaml)["weighting"]["method"] == "lfmlf"  # the demo's own
 
 
+def test_factors_are_named_axes_crossed_with_variants_and_grid(tmp_path):
+    setups = {
+        "full-sgd": {"model.adapter.method": "full", "training.optimizer": {"name": "sgd", "lr": 0.1}},
+        "lora-adamw": {"model.adapter.method": "multi_lora", "training.optimizer.lr": 0.01},
+    }
+    path = write_study(
+        tmp_path,
+        variants=[{"name": "mean", "overrides": {"weighting.method": "mean"}}, {"name": "lfmlf"}],
+        factors={"setup": setups},
+        grid={"training.max_steps": [5]},
+        baseline={"variant": "mean"},
+    )
+    spec, runs = plan(path, "seeds=[0]")
+    assert spec.axes == ["variant", "setup", "training.max_steps"]
+    cells = expand_cells(spec)
+    assert [c.name for c in cells] == [
+        "mean_full-sgd_max_steps-5",
+        "mean_lora-adamw_max_steps-5",
+        "lfmlf_full-sgd_max_steps-5",
+        "lfmlf_lora-adamw_max_steps-5",
+    ]
+    assert cells[1].axes == {"variant": "mean", "setup": "lora-adamw", "training.max_steps": 5}
+    config = yaml.safe_load(runs[0].config_yaml)
+    assert config["training"]["optimizer"]["name"] == "sgd" and config["model"]["adapter"]["method"] == "full"
+    assert yaml.safe_load(runs[3].config_yaml)["training"]["optimizer"]["lr"] == 0.01
+
+
 def test_num_seeds_and_command_line_overrides(tmp_path):
     path = write_study(tmp_path, seeds=None, num_seeds=3)
     spec, runs = plan(path, "num_seeds=2", "overrides.training.max_steps=7", "executor.workers=1")
@@ -78,7 +105,11 @@ def test_clashing_axis_names_and_values_stay_apart(tmp_path):
         ({"seeds": None}, "exactly one of seeds"),
         ({"num_seeds": 2}, "exactly one of seeds"),
         ({"seeds": [1, 1]}, "distinct"),
-        ({"baseline": {"weighting.method": "mean"}}, "not a grid axis"),
+        ({"baseline": {"weighting.method": "mean"}}, "not an axis of the study"),
+        ({"factors": {"a.b": {"x": {}}}}, "must be a plain name"),
+        ({"factors": {"opt": {}}}, "has no levels"),
+        ({"factors": {"opt": {"../x": {}}}}, "level name"),
+        ({"factors": {"opt": {"sgd": {}}}, "baseline": {"opt": "adam"}}, "is not one of"),
         ({"baseline": {"training.optimizer.lr": 0.5}}, "is not one of"),
         ({"colour": "red"}, "unknown key 'colour'"),
         ({"executor": {"workerz": 2}}, "unknown key 'executor.workerz'; valid keys: name, workers"),
