@@ -59,6 +59,7 @@ def export_run(run_dir: Path, out: Path, checkpoint: Optional[Path] = None) -> l
     # folder holds nothing to lose), not even an earlier export
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise CheckpointError(f"export directory {out} exists and is not empty; choose another --out")
+    AtomicFolder(out).check()  # a <out>.partial or <out>.previous of the user's is refused before the run loads
     run = load_run(run_dir, checkpoint)
     method = run.config.model.adapter.method
     if not run.method.exports_lora:

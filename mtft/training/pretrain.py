@@ -37,14 +37,14 @@ from mtft.core.distributed import ProcessInfo, barrier, init_distributed
 from mtft.core.errors import ConfigError
 from mtft.core.runlock import waiting_lock
 from mtft.data.pipeline import task_texts
+from mtft.data.selection import select_tasks
 from mtft.data.sources import resolve_source
 from mtft.forgetting.corpus import build_eval_set, corpus_path, corpus_texts, masking_collator, packed_blocks
 from mtft.forgetting.mlm import MaskedLM, load_mlm_model, lp_per_language, split_mlm_model
 from mtft.models.backbone import tiny_config
 from mtft.models.tokenizer import load_backbone_tokenizer, tiny_tokenizer
-from mtft.reporting.logs import MetricsLog, logger, setup_console_logging
+from mtft.reporting.logs import MetricsLog, add_file_log, held_log_lines, logger, setup_console_logging
 from mtft.tasks.base import DatasetRef
-from mtft.tasks.registry import discover_tasks, get_task
 from mtft.training import checkpoint as ckpt
 from mtft.training.engine import initialize
 from mtft.training.rundir import create_run_dir
@@ -199,11 +199,7 @@ def quiet_progress() -> None:
 
 # ------------------------------------------------------------------------------------------------------
 def task_languages(config: RunConfig) -> list[str]:
-    available = discover_tasks(config.data.task_dirs)
-    languages: list[str] = []
-    for selection in config.data.tasks:
-        languages += selection.languages or list(get_task(selection.name, available).languages)
-    return list(dict.fromkeys(languages))
+    return list(dict.fromkeys(lang for chosen in select_tasks(config) for lang in chosen.languages))
 
 
 def prelude_key(config: RunConfig, languages: list[str], texts: Sequence[str] = ()) -> str:
@@ -297,21 +293,21 @@ class PretrainRun:
         self.run_dir = Path(config.run.output_dir)
 
     def execute(self) -> Path:
-        from mtft.training.setup import check_output_dir
+        from mtft.training.preflight import preflight_pretrain
 
-        config = self.config
-        if config.run.resume:
-            raise ConfigError(
-                "run.stage=pretrain cannot resume; its checkpoints are complete Hugging Face folders "
-                "to fine-tune or probe, and a new run.output_dir starts it again"
-            )
-        check_output_dir(config)
+        preflight_pretrain(self.config)  # before the process group and DeepSpeed start
         proc = init_distributed()
         quiet_progress()
         setup_console_logging(proc.is_main)
+        with held_log_lines():  # train.log gets them once the run directory is written
+            return self._execute(proc)
+
+    def _execute(self, proc: ProcessInfo) -> Path:
+        config = self.config
         pre = Pretraining(config, list(config.corpus.languages), proc)
         if proc.is_main:
             create_run_dir(config)
+            add_file_log(self.run_dir)
         barrier()
         p = config.pretrain
         budgets = [*p.save_at_tokens, p.tokens]

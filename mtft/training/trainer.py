@@ -1,17 +1,18 @@
 """The fine-tuning run: everything is checked first, then the run directory is written, then the loop runs.
 
-Order matters for the "nothing half-written" rule: the config, the DeepSpeed JSON, the tasks, the data and
-the labels are all validated before the output directory is created or touched.
+Order matters for the "nothing half-written" rule: the config, the DeepSpeed JSON, the tasks and the backbone are
+validated before anything heavy starts (:mod:`mtft.training.preflight`), the data and the labels before the output
+directory is created or touched, and a resume changes nothing in its run directory (not even ``train.log``) until
+a checkpoint has loaded.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import datasets
 import torch
@@ -30,22 +31,16 @@ from mtft.evaluation.evaluate import Evaluation, evaluate
 from mtft.forgetting import build_monitor
 from mtft.forgetting.monitor import prepare_forgetting
 from mtft.forgetting.report import monitor_sections
-from mtft.reporting.logs import MetricsLog, logger, setup_console_logging
+from mtft.reporting.logs import MetricsLog, add_file_log, held_log_lines, logger, setup_console_logging
 from mtft.reporting.report import write_report
 from mtft.training import checkpoint as ckpt
-from mtft.training.engine import deepspeed_config, initialize
+from mtft.training.engine import initialize
 from mtft.training.gram_step import GramWeightedStep
+from mtft.training.preflight import preflight
 from mtft.training.pretrain import pretrained_backbone
 from mtft.training.restore import save_encoder_files
 from mtft.training.rundir import create_run_dir
-from mtft.training.setup import (
-    build_model,
-    check_metric_for_best,
-    check_output_dir,
-    heads_metadata,
-    make_tokenizer_factory,
-    shared_parameters,
-)
+from mtft.training.setup import build_model, heads_metadata, make_tokenizer_factory, shared_parameters
 from mtft.training.step import LossWeightedStep
 from mtft.weighting import build_weighting
 
@@ -90,22 +85,26 @@ class Run:
 
     # ------------------------------------------------------------------------------------------------
     def execute(self) -> Path:
-        config = self.config
-        deepspeed_config(config, int(os.environ.get("WORLD_SIZE", 1)))  # validate JSON and precision first
-        resume_from = check_output_dir(config)
+        resume_from = preflight(self.config)  # every cheap check, before the process group and DeepSpeed start
         self.proc = init_distributed()
         setup_console_logging(self.proc.is_main)
+        with held_log_lines():  # train.log gets them once the run is accepted (_accept)
+            return self._execute(resume_from)
+
+    def _execute(self, resume_from: Optional[Path]) -> Path:
+        config = self.config
         datasets.disable_progress_bars()  # mtft logs one line per loaded split instead
         barrier()
         self.model_config = pretrained_backbone(config, self.proc)  # pretrain.before_finetune: the cached checkpoint
         self.data = self._prepare_data_rank0_first()
-        check_metric_for_best(config, self.data)
         forgetting = prepare_forgetting(config, self.model_config, self.data)
         # built before the run directory: a bad backbone or adapter writes nothing
         model = build_model(self.model_config, self.data)
         self.weighting = build_weighting(config.weighting.method, config.weighting.options)
         self.shared = self._shared_parameters(model) if self.weighting.needs_gram else None
         self._create_run_dir(model)
+        if resume_from is None:
+            self._accept()  # a new run (or a resume before the first checkpoint): nothing left to refuse
         self.parameters = parameter_table(model)
         logger.info(
             f"{config.model.adapter.method}: "
@@ -122,6 +121,7 @@ class Run:
         self.resume_rows, self.saved_step, self.stop_signal = None, None, None
         if resume_from is not None:
             self._resume(resume_from)  # restores this rank's RNG state too
+            self._accept()
         else:
             if config.run.resume:
                 logger.warning(f"--resume: {self.run_dir} has no complete checkpoint yet; starting from step 0")
@@ -161,8 +161,15 @@ class Run:
         run.overwrite it replaces the previous run in one rename. A resumed run keeps its directory."""
         if self.proc.is_main:
             create_run_dir(self.config, lambda folder: save_encoder_files(folder, model.encoder, self.data.tokenizer))
-            recover(self.run_dir / "best")  # a kill between replacing best/ and renaming best.partial
         barrier()
+
+    def _accept(self) -> None:
+        """The run goes ahead. Until here a resume changes nothing in the run directory, so one refused (no
+        checkpoint loads, the objectives differ) leaves it as it was; now rank 0 writes the held log lines to
+        train.log and logs there, and finishes a replacement of best/ that a kill interrupted."""
+        if self.proc.is_main:
+            add_file_log(self.run_dir)
+            recover(self.run_dir / "best")  # a kill between the two renames of a best/ replacement
 
     def _shared_parameters(self, model):
         shared, shared_rows = shared_parameters(
