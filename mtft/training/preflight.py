@@ -14,8 +14,7 @@ from typing import Optional
 
 from mtft.config.schema import RunConfig
 from mtft.core.errors import ConfigError
-from mtft.data.selection import SelectedTask, select_tasks
-from mtft.data.sources import check_local_files
+from mtft.data.selection import check_tasks
 from mtft.models.backbone import check_backbone
 from mtft.training.engine import deepspeed_config
 from mtft.training.setup import check_output_dir
@@ -25,11 +24,7 @@ def preflight(config: RunConfig) -> Optional[Path]:
     """Check a fine-tuning run (``run.stage: finetune``) and return the checkpoint to resume from (None: step 0)."""
     deepspeed_config(config, int(os.environ.get("WORLD_SIZE", 1)))  # the DeepSpeed JSON and the precision
     resume_from = check_output_dir(config)
-    selected = select_tasks(config)  # tasks, languages, protocols, settings (imports the tasks' plug-ins)
-    check_metric_for_best(config, selected)
-    for chosen in selected:  # missing, empty or non-UTF-8 local data files
-        for _, _, ref in chosen.refs(config.evaluation.split):
-            check_local_files(ref, config.data.sources)
+    check_tasks(config)  # tasks, languages, protocols, settings, metric_for_best, local data files
     check_backbone(config.model)
     return resume_from
 
@@ -43,13 +38,3 @@ def preflight_pretrain(config: RunConfig) -> None:
         )
     check_output_dir(config)
     check_backbone(config.model)
-
-
-def check_metric_for_best(config: RunConfig, selected: list[SelectedTask]) -> None:
-    key = config.evaluation.metric_for_best
-    if key is None:
-        return
-    valid = [f"{c.name}/{m}" for c in selected for m in c.task.metrics]
-    valid += [f"{c.name}/{lang}/{m}" for c in selected for lang in c.languages for m in c.task.metrics]
-    if key not in valid:
-        raise ConfigError(f"evaluation.metric_for_best={key!r} is not a metric of this run; valid: {', '.join(valid)}")
