@@ -15,6 +15,7 @@ from typing import Optional
 from mtft.config.schema import RunConfig
 from mtft.core.errors import ConfigError
 from mtft.data.selection import check_tasks
+from mtft.forgetting.corpus import check_corpus_files
 from mtft.models.backbone import check_backbone
 from mtft.training.engine import deepspeed_config
 from mtft.training.setup import check_output_dir
@@ -24,8 +25,12 @@ def preflight(config: RunConfig) -> Optional[Path]:
     """Check a fine-tuning run (``run.stage: finetune``) and return the checkpoint to resume from (None: step 0)."""
     deepspeed_config(config, int(os.environ.get("WORLD_SIZE", 1)))  # the DeepSpeed JSON and the precision
     resume_from = check_output_dir(config)
-    check_tasks(config)  # tasks, languages, protocols, settings, metric_for_best, local data files
+    selected = check_tasks(config)  # tasks, languages, protocols, settings, metric_for_best, local data files
     check_backbone(config.model)
+    if config.forgetting.enabled or config.pretrain.before_finetune:  # L_p's held-out texts, pre-training's texts
+        task_languages = [lang for chosen in selected for lang in chosen.languages]
+        languages = config.corpus.languages or list(dict.fromkeys(task_languages))
+        check_corpus_files(config, languages, pretraining=config.pretrain.before_finetune)
     return resume_from
 
 
@@ -38,3 +43,4 @@ def preflight_pretrain(config: RunConfig) -> None:
         )
     check_output_dir(config)
     check_backbone(config.model)
+    check_corpus_files(config, config.corpus.languages, pretraining=True)
