@@ -196,7 +196,6 @@ class DataSection(Section):
         None, description="Cache for tokenizers and datasets; default $MTFT_CACHE or ~/.cache/mtft."
     )
 
-
     @property
     def longest_row(self) -> int:
         """The most tokens any task's rows may have: the positions a locally built (tiny) encoder needs."""
@@ -374,6 +373,13 @@ class PretrainSection(Section):
         ge=0,
         description="Seed of the backbone: the tiny encoder's random initialisation and masked-LM pre-training "
         "(masking, data order, dropout). Independent of run.seed; vary it as a study axis to vary the backbone.",
+    )
+    vocabulary: Literal["corpus", "corpus+tasks"] = Field(
+        "corpus",
+        description="Tiny backbone: the text its tokenizer is trained on. corpus: the pre-training corpus only, so "
+        "every token's embedding is pre-trained (what a frozen encoder -- Multi-LoRA, head -- needs); corpus+tasks: "
+        "also the fine-tuning tasks' texts, for tasks whose words the corpus never shows (the WikiANN fixtures' "
+        "capitalised names would otherwise be <unk> and split into characters); their new tokens start untrained.",
     )
     tokens: int = Field(1_000_000, ge=1, description="Token budget of pre-training (packed input tokens).")
     save_at_tokens: list[int] = Field(

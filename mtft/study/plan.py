@@ -116,13 +116,33 @@ def _check_once(config: RunConfig, where: str, checked: set[str]) -> None:
     checked.add(key)
 
 
-def config_difference(old_yaml: str, new_yaml: str) -> str:
-    """The first dotted key at which two resolved configs differ (for the refusal of a changed cell)."""
+def config_difference(old_yaml: str, new_yaml: str) -> str | None:
+    """The first dotted key at which two resolved configs differ, or None when they are the same run. A key the old
+    config lacks counts only if its new value differs from the key's default: a newer mtft adding an option with
+    its default does not change a run already made."""
     old, new = _flatten(yaml.safe_load(old_yaml) or {}), _flatten(yaml.safe_load(new_yaml) or {})
     for key in sorted(set(old) | set(new)):
+        if key not in old and _is_default(key, new[key]):
+            continue
         if old.get(key, "<absent>") != new.get(key, "<absent>"):
             return f"{key}: {old.get(key, '<absent>')!r} then, {new.get(key, '<absent>')!r} now"
-    return "nothing"
+    return None
+
+
+def _is_default(key: str, value: Any) -> bool:
+    """Whether ``value`` is the schema's default for the dotted run-config ``key``."""
+    model: Any = RunConfig
+    *sections, name = key.split(".")
+    for section in sections:
+        field = getattr(model, "model_fields", {}).get(section)
+        if field is None or not isinstance(field.annotation, type):
+            return False
+        model = field.annotation
+    field = getattr(model, "model_fields", {}).get(name)
+    if field is None:
+        return False
+    default = field.get_default(call_default_factory=True)
+    return yaml.safe_load(yaml.safe_dump(default)) == value if not hasattr(default, "model_dump") else False
 
 
 def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:

@@ -51,10 +51,10 @@ def check_run_configs(runs: list[PlannedRun]) -> None:
     """A run already planned with another config is refused (the study changed under its results)."""
     for run in runs:
         if run.config_path.is_file():
-            old = run.config_path.read_text(encoding="utf-8")
-            if old != run.config_yaml:
+            difference = config_difference(run.config_path.read_text(encoding="utf-8"), run.config_yaml)
+            if difference:
                 raise ConfigError(
-                    f"{run.key} was run with a different config ({config_difference(old, run.config_yaml)}); "
+                    f"{run.key} was run with a different config ({difference}); "
                     "restore the study file, or give the changed study another output_dir"
                 )
 

@@ -251,8 +251,10 @@ def pretrained_backbone(config: RunConfig, proc: ProcessInfo) -> RunConfig:
 
 
 def tiny_task_texts(config: RunConfig) -> list[str]:
-    """The tasks' texts for a tiny backbone's tokenizer; nothing for a backbone with its own."""
-    return task_texts(config) if config.model.backbone == "tiny" else []
+    """The tasks' texts for a tiny backbone's tokenizer (``pretrain.vocabulary: corpus+tasks``), else nothing."""
+    return (
+        task_texts(config) if config.model.backbone == "tiny" and config.pretrain.vocabulary == "corpus+tasks" else []
+    )
 
 
 def _fill_cache(config: RunConfig, languages: list[str], folder: Path, proc: ProcessInfo, texts: list[str]) -> None:

@@ -162,3 +162,14 @@ def test_a_cell_with_an_unknown_language_is_refused_before_anything_runs(tmp_pat
     path = write_study(tmp_path, grid={"data.tasks.0.languages": [["en"], ["xx"]]}, seeds=[0])
     with pytest.raises(ConfigError, match=r"\[cell languages-xx\]: task 'xnli' has no language\(s\) xx"):
         plan(path)
+
+
+def test_an_option_added_later_with_its_default_is_no_change():
+    from mtft.study.plan import config_difference
+
+    old = "run: {seed: 1}\npretrain: {tokens: 5}\n"
+    assert config_difference(old, "run: {seed: 1}\npretrain: {tokens: 5, vocabulary: corpus}\n") is None
+    assert "pretrain.vocabulary" in config_difference(
+        old, "run: {seed: 1}\npretrain: {tokens: 5, vocabulary: corpus+tasks}\n"
+    )
+    assert "run.seed: 1 then, 2 now" in config_difference(old, "run: {seed: 2}\npretrain: {tokens: 5}\n")
