@@ -12,7 +12,7 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from mtft.core.errors import echo, shorten
-from mtft.core.paths import name_problem
+from mtft.core.paths import name_value
 
 
 class Section(BaseModel):
@@ -162,10 +162,7 @@ class TaskSelection(Section):
     @field_validator("name")
     @classmethod
     def _name_is_a_file_name(cls, value: str) -> str:
-        problem = name_problem(value)
-        if problem:
-            raise ValueError(f"task name {problem}")
-        return value
+        return name_value(value, "task name")
 
     @field_validator("languages")
     @classmethod
@@ -174,9 +171,7 @@ class TaskSelection(Section):
             if not value:
                 raise ValueError("must list at least one language")
             for language in value:
-                problem = name_problem(language)
-                if problem:
-                    raise ValueError(f"language {problem}")
+                name_value(language, "language")
             if len(set(value)) != len(value):
                 raise ValueError(f"lists a language twice: {value}")
         return value

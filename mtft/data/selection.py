@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from mtft.config.schema import RunConfig, TaskSelection
 from mtft.core.errors import ConfigError
+from mtft.data.sources import check_local_files
 from mtft.tasks.base import DatasetRef, Task
 from mtft.tasks.registry import discover_tasks, get_task
 
@@ -70,3 +71,24 @@ def _check_head_owners(selected: dict[str, SelectedTask]) -> None:
                 f"task {name!r} is evaluated with the head of task {owner!r}; add {owner!r} to "
                 "data.tasks" + ("" if owner not in selected else " as a task that trains its own head")
             )
+
+
+def check_tasks(config: RunConfig) -> list[SelectedTask]:
+    """Everything about ``data.tasks`` that can be checked without reading rows: the tasks, languages, protocols
+    and settings, ``evaluation.metric_for_best``, and that every local data file exists and is UTF-8."""
+    selected = select_tasks(config)  # imports the tasks' plug-ins
+    check_metric_for_best(config, selected)
+    for chosen in selected:
+        for _, _, ref in chosen.refs(config.evaluation.split):
+            check_local_files(ref, config.data.sources)
+    return selected
+
+
+def check_metric_for_best(config: RunConfig, selected: list[SelectedTask]) -> None:
+    key = config.evaluation.metric_for_best
+    if key is None:
+        return
+    valid = [f"{c.name}/{m}" for c in selected for m in c.task.metrics]
+    valid += [f"{c.name}/{lang}/{m}" for c in selected for lang in c.languages for m in c.task.metrics]
+    if key not in valid:
+        raise ConfigError(f"evaluation.metric_for_best={key!r} is not a metric of this run; valid: {', '.join(valid)}")

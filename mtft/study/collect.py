@@ -38,9 +38,21 @@ def run_metrics(run_dir: Path) -> dict[str, float]:
     """Every number of ``metrics.json`` (but the step) and the run's forgetting summaries when it logged any."""
     final = json.loads((Path(run_dir) / "metrics.json").read_text(encoding="utf-8"))
     metrics = {k: float(v) for k, v in final.items() if k != "step" and _is_number(v)}
+    metrics.update(worst_languages(metrics))
     metrics.update(forgetting_summaries(Path(run_dir) / "metrics.jsonl"))
     metrics.update(descent_summary(Path(run_dir) / "metrics.jsonl"))
     return metrics
+
+
+def worst_languages(metrics: dict[str, float]) -> dict[str, float]:
+    """``<task>/worst_<metric>``: the lowest per-language value of each task metric (the language a method
+    left behind; macro averages hide it)."""
+    by_task: dict[tuple[str, str], list[float]] = {}
+    for key, value in metrics.items():
+        parts = key.split("/")
+        if len(parts) == 3:
+            by_task.setdefault((parts[0], parts[2]), []).append(value)
+    return {f"{task}/worst_{metric}": min(values) for (task, metric), values in by_task.items()}
 
 
 def forgetting_summaries(path: Path) -> dict[str, float]:

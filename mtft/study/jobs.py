@@ -28,6 +28,7 @@ from mtft.study.state import is_finished, is_started, record_attempt
 
 # variables of an enclosing launch that must not leak into a run's own distributed set-up
 _LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK")
+_MTFT_ROOT = str(Path(__file__).resolve().parents[2])  # the folder that holds the mtft package
 INTERRUPTED = (130, 143, -signal.SIGINT, -signal.SIGTERM)
 
 
@@ -51,6 +52,8 @@ class RunJob:
 
     def environment(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in _LAUNCH_VARIABLES}
+        # the run imports the very mtft the study imported (a checkout run as `python path/to/run.py` included)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_MTFT_ROOT, env.get("PYTHONPATH")]))
         env.update(self.env)
         if self.threads:
             env.update(OMP_NUM_THREADS=str(self.threads), MKL_NUM_THREADS=str(self.threads))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import itertools
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,10 @@ from typing import Any
 import yaml
 
 from mtft.config.load import config_to_yaml, read_yaml_mapping, set_dotted, validate_config
-from mtft.core.errors import ConfigError
+from mtft.config.schema import RunConfig
+from mtft.core.errors import ConfigError, UserError
+from mtft.data.selection import check_tasks
+from mtft.models.backbone import check_backbone
 from mtft.study.spec import StudySpec
 
 
@@ -71,7 +75,8 @@ def plan_runs(spec: StudySpec, base: Path, study_file: Path) -> list[PlannedRun]
     """Every (cell, seed) run with its resolved, validated config; the first invalid cell raises one line."""
     raw_base = read_yaml_mapping(base)
     root = spec.directory
-    runs = []
+    runs: list[PlannedRun] = []
+    checked: set[str] = set()
     for cell in expand_cells(spec):
         for seed in spec.seed_list:
             run_dir = root / "runs" / cell.name / f"seed-{seed}"
@@ -91,9 +96,24 @@ def plan_runs(spec: StudySpec, base: Path, study_file: Path) -> list[PlannedRun]
                     f"{study_file} [cell {cell.name}]: run.resume / run.overwrite are decided by the study "
                     "(finished runs are kept, interrupted ones resumed); leave them out of the study's configs"
                 )
+            _check_once(config, f"{study_file} [cell {cell.name}]", checked)
             path = root / "configs" / cell.name / f"seed-{seed}.yaml"
             runs.append(PlannedRun(cell, seed, run_dir, path, config_to_yaml(config)))
     return runs
+
+
+def _check_once(config: RunConfig, where: str, checked: set[str]) -> None:
+    """What ``run.py`` checks before it starts (tasks, languages, metric, local data files, the backbone's location),
+    once per distinct task/model set-up: a study of learning rates checks its data once, not once per cell."""
+    key = json.dumps([config.data.model_dump(mode="json"), config.evaluation.metric_for_best, config.model.backbone])
+    if key in checked:
+        return
+    try:
+        check_tasks(config)
+        check_backbone(config.model)
+    except UserError as error:
+        raise ConfigError(f"{where}: {error}") from None
+    checked.add(key)
 
 
 def config_difference(old_yaml: str, new_yaml: str) -> str:
@@ -124,7 +144,13 @@ def _short_names(keys: list[str]) -> dict[str, str]:
 
 
 def _slug(value: Any) -> str:
-    text = value if isinstance(value, str) else yaml.safe_dump(value, default_flow_style=True).strip()
-    text = text.removesuffix("\n...").strip()
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).rstrip("-.") or "x"  # a leading minus stays: lr--1.0
-    return slug[:40]
+    """A value as a folder-name part: 0.001, -1.0 (a minus stays), en.de for [en, de], key-value for a mapping."""
+    if isinstance(value, (list, tuple)):
+        return ".".join(_slug(v) for v in value) or "none"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        text = repr(value)
+    else:
+        text = value if isinstance(value, str) else yaml.safe_dump(value, default_flow_style=True)
+        text = text.removesuffix("\n").removesuffix("...").strip()
+        text = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text)[:40].rstrip("-.") or "x"

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from mtft.config.load import parse_override, read_yaml_mapping, set_dotted
 from mtft.core.errors import ConfigError, echo, shorten
-from mtft.core.paths import name_problem
+from mtft.core.paths import name_problem, name_value
 
 
 class _Section(BaseModel):
@@ -30,10 +30,7 @@ class Variant(_Section):
     @field_validator("name")
     @classmethod
     def _a_file_name(cls, value: str) -> str:
-        problem = name_problem(value)
-        if problem:
-            raise ValueError(f"variant name {problem}")
-        return value
+        return name_value(value, "variant name")
 
 
 class SlurmSection(_Section):
@@ -110,10 +107,7 @@ class StudySpec(_Section):
     @field_validator("name")
     @classmethod
     def _a_file_name(cls, value: str) -> str:
-        problem = name_problem(value)
-        if problem:
-            raise ValueError(f"study name {problem}")
-        return value
+        return name_value(value, "study name")
 
     @field_validator("grid")
     @classmethod
@@ -136,9 +130,7 @@ class StudySpec(_Section):
             if not levels:
                 raise ValueError(f"factor '{axis}' has no levels")
             for level in levels:
-                problem = name_problem(level)
-                if problem:
-                    raise ValueError(f"factor '{axis}': level name {problem}")
+                name_value(level, f"factor '{axis}': level name")
         return value
 
     @field_validator("seeds")

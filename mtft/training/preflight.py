@@ -14,8 +14,8 @@ from typing import Optional
 
 from mtft.config.schema import RunConfig
 from mtft.core.errors import ConfigError
-from mtft.data.selection import SelectedTask, select_tasks
-from mtft.data.sources import check_local_files
+from mtft.data.selection import check_tasks
+from mtft.forgetting.corpus import check_corpus_files
 from mtft.models.backbone import check_backbone
 from mtft.training.engine import deepspeed_config
 from mtft.training.setup import check_output_dir
@@ -25,12 +25,12 @@ def preflight(config: RunConfig) -> Optional[Path]:
     """Check a fine-tuning run (``run.stage: finetune``) and return the checkpoint to resume from (None: step 0)."""
     deepspeed_config(config, int(os.environ.get("WORLD_SIZE", 1)))  # the DeepSpeed JSON and the precision
     resume_from = check_output_dir(config)
-    selected = select_tasks(config)  # tasks, languages, protocols, settings (imports the tasks' plug-ins)
-    check_metric_for_best(config, selected)
-    for chosen in selected:  # missing, empty or non-UTF-8 local data files
-        for _, _, ref in chosen.refs(config.evaluation.split):
-            check_local_files(ref, config.data.sources)
+    selected = check_tasks(config)  # tasks, languages, protocols, settings, metric_for_best, local data files
     check_backbone(config.model)
+    if config.forgetting.enabled or config.pretrain.before_finetune:  # L_p's held-out texts, pre-training's texts
+        task_languages = [lang for chosen in selected for lang in chosen.languages]
+        languages = config.corpus.languages or list(dict.fromkeys(task_languages))
+        check_corpus_files(config, languages, pretraining=config.pretrain.before_finetune)
     return resume_from
 
 
@@ -43,13 +43,4 @@ def preflight_pretrain(config: RunConfig) -> None:
         )
     check_output_dir(config)
     check_backbone(config.model)
-
-
-def check_metric_for_best(config: RunConfig, selected: list[SelectedTask]) -> None:
-    key = config.evaluation.metric_for_best
-    if key is None:
-        return
-    valid = [f"{c.name}/{m}" for c in selected for m in c.task.metrics]
-    valid += [f"{c.name}/{lang}/{m}" for c in selected for lang in c.languages for m in c.task.metrics]
-    if key not in valid:
-        raise ConfigError(f"evaluation.metric_for_best={key!r} is not a metric of this run; valid: {', '.join(valid)}")
+    check_corpus_files(config, config.corpus.languages, pretraining=True)

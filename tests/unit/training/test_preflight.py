@@ -47,6 +47,14 @@ def _not_utf8(tmp_path):
     return {"data": {"sources": {"facebook/xnli": str(data / "{split}.jsonl")}}}
 
 
+def _bad_corpus(tmp_path, sections):
+    corpus = tmp_path / "corpus" / "en"
+    corpus.mkdir(parents=True)
+    (corpus / "train.jsonl").write_text('{"text": "fine"}\n')
+    (corpus / "validation.jsonl").write_bytes(b'{"text": "\xff"}\n')
+    return {**sections, "corpus": {"path": str(tmp_path / "corpus"), "languages": ["en"]}}
+
+
 CASES = {
     "unknown task": (lambda t: {"data": {"tasks": [{"name": "nli"}]}}, ConfigError, "unknown task 'nli'"),
     "unknown language": (
@@ -70,6 +78,16 @@ CASES = {
         "dataset file not found",
     ),
     "data file not UTF-8": (_not_utf8, DataError, r"validation.jsonl .*not UTF-8 text \(byte 13, line 1\)"),
+    "corpus file not UTF-8 (monitors on)": (
+        lambda t: _bad_corpus(t, {"forgetting": {"enabled": True}}),
+        DataError,
+        r"en/validation.jsonl .*not UTF-8 text",
+    ),
+    "corpus file missing (pre-training first)": (
+        lambda t: {"pretrain": {"before_finetune": True}, "corpus": {"path": str(t / "nothing"), "languages": ["en"]}},
+        DataError,
+        "corpus.path: no such folder",
+    ),
     "backbone folder missing": (
         lambda t: {"model": {"backbone": str(t / "model")}},
         ConfigError,
