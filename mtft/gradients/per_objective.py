@@ -233,7 +233,7 @@ class PerObjectiveGradients:
         self,
         params: list[nn.Parameter],
         only_rows: Optional[dict[nn.Parameter, torch.Tensor]] = None,
-        metric: Optional[dict[nn.Parameter, torch.Tensor]] = None,
+        metric: Optional[dict[torch.Tensor, torch.Tensor]] = None,
     ) -> torch.Tensor:
         """G_ts = g_tᵀ g_s over ``params``, in float64: row-sparse weights over their touched rows only (and
         within ``only_rows[p]`` where given: e.g. the Multi-LoRA B's that several objectives share), the dense

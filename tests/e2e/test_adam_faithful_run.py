@@ -68,8 +68,6 @@ def test_every_step_logs_the_certificate_in_the_metric_and_the_descent_check(run
         assert e["common_descent"] == float(max(changes) < 0)
         assert e["max_first_order"] == pytest.approx(max(changes))
         assert e["descent_fraction"] == pytest.approx(sum(c < 0 for c in changes) / 3)
-    # Adam's first step is along sign(d) of a min-norm d: every objective decreases to first order
-    assert events[0]["common_descent"] == 1.0
     report = (runs["zero0"] / "report.md").read_text()
     assert "Gram in the optimizer's metric" in report
     assert "The Gram was formed in the optimizer's metric" in report and "First-order check" in report
