@@ -1,7 +1,8 @@
 """LF-MLF in AdamW's metric (``weighting.metric=optimizer``) and the first-order check of the applied update
 (``weighting.descent_check``) through run.py and DeepSpeed: every step logs the certificate in the metric and
-g_tᵀΔθ per objective, ZeRO 2 (partitioned optimizer state) reads the same metric as ZeRO 0, the report and the
-study summary say how often the update decreased every objective, and a weighting without a Gram gets the check."""
+g_tᵀΔθ per objective, ZeRO 2 (partitioned optimizer state, one or two processes) reads the same metric as ZeRO 0,
+the report and the study summary say how often the update decreased every objective, a weighting without a Gram
+gets the check, and with SGD the metric is the Euclidean one."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mtft.study.collect import descent_summary
-from tests.conftest import BASE_CONFIG, base_overrides, read_jsonl, run_cli
+from tests.conftest import BASE_CONFIG, base_overrides, read_jsonl, run_cli, run_torchrun
 
 STEPS = 6
 LANGS = ("en", "de", "ar")
@@ -81,6 +82,22 @@ def test_zero2_reads_the_partitioned_state_as_zero0(runs):
         for lang in LANGS:
             assert a[f"weight/xnli/{lang}"] == pytest.approx(b[f"weight/xnli/{lang}"], rel=1e-3, abs=1e-5)
         assert a["d_norm_sq"] == pytest.approx(b["d_norm_sq"], rel=1e-3)
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(600)
+def test_two_processes_under_zero2_read_the_same_metric(runs, tmp_path):
+    """Each rank holds its own partition of AdamW's state; the assembled preconditioner, hence the weights, match
+    the one-process run step by step."""
+    out = tmp_path / "two"
+    result = run_torchrun("--config", BASE_CONFIG, *adam_run(out, zero=2, **{"training.micro_batch_size": 8}))
+    assert result.returncode == 0, result.stderr[-5000:]
+    one, two = weighting_events(runs["zero2"]), weighting_events(out)
+    assert [e["metric_preconditioned"] for e in two] == [0.0] + [1.0] * (STEPS - 1)
+    for a, b in zip(one, two, strict=True):
+        for lang in LANGS:
+            assert a[f"weight/xnli/{lang}"] == pytest.approx(b[f"weight/xnli/{lang}"], rel=1e-3, abs=1e-5)
+        assert a["common_descent"] == b["common_descent"]
 
 
 def test_a_weighting_without_gram_gets_the_descent_check(runs):
