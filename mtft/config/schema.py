@@ -538,13 +538,15 @@ class RunConfig(Section):
         from mtft.weighting import weighting_class
 
         method = get_method(self.model.adapter.method)
-        if not method.supports_gram and self.weighting.per_objective_gradients():
-            what = (
-                f"weighting.method={self.weighting.method}"
-                if weighting_class(self.weighting.method).needs_gram
-                else "weighting.descent_check=true"
+        if not method.supports_gram and weighting_class(self.weighting.method).needs_gram:
+            raise ValueError(
+                f"weighting.method={self.weighting.method} needs per-objective gradients, {method.gram_refusal}"
             )
-            raise ValueError(f"{what} needs per-objective gradients, {method.gram_refusal}")
+        if not method.supports_gram and self.weighting.descent_check:
+            raise ValueError(
+                "weighting.descent_check=true needs per-objective gradients, which model.adapter.method="
+                f"{self.model.adapter.method} does not provide; set weighting.descent_check=false"
+            )
         return self
 
     @model_validator(mode="after")
