@@ -232,6 +232,19 @@ class WeightingSection(Section):
     cosine_every: int = Field(
         50, ge=0, description="Log the cosine matrix of the per-objective gradients every N steps (0: never)."
     )
+    metric: Literal["euclidean", "optimizer"] = Field(
+        "euclidean",
+        description="Inner product of the Gram: euclidean, G_ts = g_tᵀg_s (the paper's); optimizer, G_ts = g_tᵀPg_s "
+        "with P = diag(1/(√v̂+ε)) the preconditioner AdamW applies, so that the step AdamW takes (momentum aside) "
+        "is the min-norm common-descent direction in its own metric (docs/lfmlf.md). With SGD, P = I: the same "
+        "as euclidean. For weightings that read the Gram.",
+    )
+    descent_check: bool = Field(
+        False,
+        description="Log every step whether the update the optimizer applied, Δθ, decreases every objective to "
+        "first order (g_tᵀΔθ < 0 for every t present): T dot products with per-objective gradients, which a "
+        "weighting that reads no Gram then computes too (per-objective step, as the Gram weightings').",
+    )
 
     @field_validator("method")
     @classmethod
@@ -252,6 +265,23 @@ class WeightingSection(Section):
                 f"options {echo(self.options)} do not fit weighting {self.method!r}: {shorten(str(error))}"
             ) from None
         return self
+
+    @model_validator(mode="after")
+    def _metric_needs_gram(self) -> "WeightingSection":
+        from mtft.weighting import weighting_class
+
+        if self.metric != "euclidean" and not weighting_class(self.method).needs_gram:
+            raise ValueError(
+                f"metric={self.metric} is the inner product of the Gram, and weighting {self.method!r} reads no Gram; "
+                "use metric=euclidean, or a weighting such as lfmlf"
+            )
+        return self
+
+    def per_objective_gradients(self) -> bool:
+        """Whether the step forms per-objective gradients: for the Gram, or for the descent check."""
+        from mtft.weighting import weighting_class
+
+        return weighting_class(self.method).needs_gram or self.descent_check
 
 
 class OptimizerSection(Section):
@@ -518,6 +548,11 @@ class RunConfig(Section):
         if not method.supports_gram and weighting_class(self.weighting.method).needs_gram:
             raise ValueError(
                 f"weighting.method={self.weighting.method} needs per-objective gradients, {method.gram_refusal}"
+            )
+        if not method.supports_gram and self.weighting.descent_check:
+            raise ValueError(
+                "weighting.descent_check=true needs per-objective gradients, which model.adapter.method="
+                f"{self.model.adapter.method} does not provide; set weighting.descent_check=false"
             )
         return self
 

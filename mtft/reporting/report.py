@@ -108,6 +108,7 @@ def _weighting_section(events: list[dict[str, Any]]) -> list[str]:
         )
     if floored:
         lines += _floor_note(steps, floor)
+    lines += _metric_note(steps) + _descent_note(steps, names)
     lines += _dominance_note(steps, names, floor)
     skipped = [e for e in events if e["kind"] == "skipped"]
     if skipped:
@@ -144,6 +145,39 @@ def _floor_note(steps: list[dict[str, Any]], floor: float) -> list[str]:
     else:
         lines[-1] += f"here min_t dᵀg_t stayed ≥ 0 at all {len(values)} logged steps."
     return lines
+
+
+def _metric_note(steps: list[dict[str, Any]]) -> list[str]:
+    """Say in which inner product the Gram, ||d||² and the certificate are (``weighting.metric=optimizer``)."""
+    flags = [e["metric_preconditioned"] for e in steps if "metric_preconditioned" in e]
+    if not flags:
+        return []
+    return [
+        "",
+        "The Gram was formed in the optimizer's metric, G_ts = g_tᵀ diag(1/(√v̂+ε)) g_s with AdamW's second moments "
+        f"(at {int(sum(flags))} of {len(flags)} steps; Euclidean where the optimizer had no state yet, or applies "
+        "no preconditioner): ‖d‖², the stationarity gauge and the certificate are in that metric.",
+    ]
+
+
+def _descent_note(steps: list[dict[str, Any]], names: list[str]) -> list[str]:
+    """How often the update actually applied decreased every objective to first order (``descent_check``)."""
+    checked = [e for e in steps if "common_descent" in e]
+    if not checked:
+        return []
+    common = sum(e["common_descent"] for e in checked)
+    per_objective = []
+    for n in names:
+        values = [e[f"first_order/{n}"] for e in checked if e.get(f"first_order/{n}") == e.get(f"first_order/{n}")]
+        if values:  # NaN (absent from a step) left out
+            per_objective.append(f"{n} {sum(v < 0 for v in values) / len(values):.2f}")
+    return [
+        "",
+        "First-order check of the update the optimizer applied (Δθ = θ_(k+1) − θ_k: momentum, the preconditioner, "
+        f"clipping and weight decay included): every objective's loss decreased to first order (g_tᵀΔθ < 0 for "
+        f"every t) at {int(common)} of {len(checked)} steps ({common / len(checked):.2f}). Fraction of steps that "
+        "decreased each objective: " + ", ".join(per_objective) + ".",
+    ]
 
 
 DOMINANT_WEIGHT = 0.98

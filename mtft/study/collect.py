@@ -40,6 +40,7 @@ def run_metrics(run_dir: Path) -> dict[str, float]:
     metrics = {k: float(v) for k, v in final.items() if k != "step" and _is_number(v)}
     metrics.update(worst_languages(metrics))
     metrics.update(forgetting_summaries(Path(run_dir) / "metrics.jsonl"))
+    metrics.update(descent_summary(Path(run_dir) / "metrics.jsonl"))
     return metrics
 
 
@@ -84,6 +85,31 @@ def forgetting_summaries(path: Path) -> dict[str, float]:
         tail = f"/{suffix}" if suffix else ""
         out[f"F_p_final{tail}"], out[f"F_p_max{tail}"] = values[-1], max(values)
     return out
+
+
+def descent_summary(path: Path) -> dict[str, float]:
+    """``common_descent``: the fraction of the run's steps at which the update the optimizer applied decreased
+    every objective's loss to first order (``weighting.descent_check``); nothing when the run did not check."""
+    flags = [
+        float(row["common_descent"])
+        for row in _rows(path)
+        if row.get("kind") == "weighting" and "common_descent" in row
+    ]
+    return {"common_descent": sum(flags) / len(flags)} if flags else {}
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    rows = []
+    for line in lines:
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue  # a torn last line of a killed run
+    return rows
 
 
 def _is_number(value: Any) -> bool:

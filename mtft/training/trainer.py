@@ -36,6 +36,7 @@ from mtft.reporting.report import write_report
 from mtft.training import checkpoint as ckpt
 from mtft.training.engine import initialize
 from mtft.training.gram_step import GramWeightedStep
+from mtft.training.metric import OptimizerMetric
 from mtft.training.preflight import preflight
 from mtft.training.pretrain import pretrained_backbone
 from mtft.training.restore import save_encoder_files
@@ -185,16 +186,35 @@ class Run:
         return shared, shared_rows
 
     def _build_step(self):
-        num_objectives, world = len(self.data.objective_names), self.proc.world_size
-        if not self.weighting.needs_gram:
+        cfg, num_objectives, world = self.config.weighting, len(self.data.objective_names), self.proc.world_size
+        if not cfg.per_objective_gradients():
             return LossWeightedStep(self.engine, self.weighting, num_objectives, world)
-        shared, shared_rows = self.shared
-        logger.info(
-            f"{self.config.weighting.method}: Gram over {sum(p.numel() for p in shared):,} shared parameters "
-            f"({len(shared)} tensors), {num_objectives} objectives"
-        )
+        shared, shared_rows = self.shared if self.shared is not None else (None, None)
+        if shared is not None:
+            logger.info(
+                f"{cfg.method}: Gram over {sum(p.numel() for p in shared):,} shared parameters "
+                f"({len(shared)} tensors), {num_objectives} objectives"
+            )
+        metric = None
+        if cfg.metric == "optimizer":
+            metric = OptimizerMetric(self.engine)
+            if metric.adaptive:
+                logger.info(f"{cfg.method}: Gram in AdamW's metric, g_tᵀ diag(1/(√v̂+ε)) g_s (Euclidean at step 1)")
+            else:
+                logger.info(
+                    f"{cfg.method}: weighting.metric=optimizer with training.optimizer.name="
+                    f"{self.config.training.optimizer.name}, which applies no preconditioner: the Euclidean Gram"
+                )
         return GramWeightedStep(
-            self.engine, self.weighting, num_objectives, world, shared, self.config.weighting.cosine_every, shared_rows
+            self.engine,
+            self.weighting,
+            num_objectives,
+            world,
+            shared,
+            cfg.cosine_every,
+            shared_rows,
+            metric=metric,
+            descent_check=cfg.descent_check,
         )
 
     def _sampler(self) -> MultiObjectiveSampler:
@@ -267,9 +287,12 @@ class Run:
                 continue
             window.add(result)
             stop = self.monitor.after_step(self.step)
-            if self.weighting.needs_gram:  # weights, ||d||², stationarity and the solver's certificate, every step
-                weights = {f"weight/{n}": w for n, w in zip(self.data.objective_names, result.weights.tolist())}
-                self.log.log(self.step, "weighting", {**weights, **result.extras})
+            if isinstance(self.step_fn, GramWeightedStep):  # weights, ||d||², the certificate, g_tᵀΔθ: every step
+                names = self.data.objective_names
+                values = {f"weight/{n}": w for n, w in zip(names, result.weights.tolist())}
+                if result.first_order is not None:
+                    values.update({f"first_order/{n}": c for n, c in zip(names, result.first_order.tolist())})
+                self.log.log(self.step, "weighting", {**values, **result.extras})
             if getattr(self.step_fn, "last_cosines", None) is not None:
                 self.log.log(
                     self.step, "cosines", {"objectives": self.data.objective_names, "matrix": self.step_fn.last_cosines}
@@ -387,7 +410,8 @@ class Run:
             ("method", cfg.model.adapter.method),
             (
                 "weighting",
-                f"{cfg.weighting.method} over {cfg.weighting.objectives}{_options_text(cfg.weighting.options)}",
+                f"{cfg.weighting.method} over {cfg.weighting.objectives}{_options_text(cfg.weighting.options)}"
+                + ("" if cfg.weighting.metric == "euclidean" else f", Gram in the {cfg.weighting.metric}'s metric"),
             ),
             ("optimizer", f"{cfg.training.optimizer.name}, lr {cfg.training.optimizer.lr:g}"),
             ("steps", str(self.step)),

@@ -60,3 +60,22 @@ def test_floored_run_with_a_dominant_objective_is_described_without_the_collapse
     text = "\n".join(_weighting_section(events))
     assert "**xnli/ar** took 0.995 of the weight on average, with the floor β = 0.01 holding" in text
     assert "Theorem 3" not in text.split("Collapse guard")[1] and "min-norm direction is about" not in text
+
+
+def test_descent_check_and_metric_are_reported():
+    """With weighting.descent_check the section counts the steps whose applied update decreased every objective
+    (an absent objective's NaN left out of its fraction); with weighting.metric=optimizer it says in which inner
+    product ‖d‖² and the certificate are."""
+    nan = float("nan")
+    changes = [(-1.0, -2.0), (-1.0, 0.5), (-1.0, nan), (0.1, -0.2)]
+    events = weighting_events([(0.5, 0.5)] * 4, metric_preconditioned=1.0)
+    events[0]["metric_preconditioned"] = 0.0
+    for event, (en, ar) in zip(events, changes):
+        common = float(en < 0 and (ar != ar or ar < 0))
+        event.update({"first_order/xnli/en": en, "first_order/xnli/ar": ar, "common_descent": common})
+    text = "\n".join(_weighting_section(events))
+    assert "at 2 of 4 steps (0.50)" in text
+    assert "xnli/en 0.75, xnli/ar 0.67" in text
+    assert "formed in the optimizer's metric" in text and "(at 3 of 4 steps;" in text
+    plain = "\n".join(_weighting_section(weighting_events([(0.5, 0.5)] * 4)))
+    assert "First-order check" not in plain and "optimizer's metric" not in plain

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from mtft.study.collect import forgetting_summaries, run_metrics, worst_languages
+from mtft.study.collect import descent_summary, forgetting_summaries, run_metrics, worst_languages
 
 
 def test_worst_language_per_task_metric():
@@ -37,3 +37,18 @@ def test_run_metrics_leave_the_step_out_and_keep_nan(tmp_path):
     metrics = run_metrics(tmp_path)
     assert set(metrics) == {"xnli/accuracy", "xnli/en/accuracy", "xnli/worst_accuracy"}
     assert metrics["xnli/accuracy"] != metrics["xnli/accuracy"]  # NaN: counted apart by the aggregation
+
+
+def test_descent_summary_is_the_fraction_of_checked_steps(tmp_path):
+    rows = [
+        {"step": 1, "kind": "weighting", "common_descent": 1.0},
+        {"step": 2, "kind": "weighting", "common_descent": 0.0},
+        {"step": 2, "kind": "train", "common_descent": 1.0},  # not a weighting row
+        {"step": 3, "kind": "weighting", "common_descent": 1.0},
+        {"step": 4, "kind": "weighting", "weight/xnli/en": 1.0},  # a step without the check
+    ]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + '\n{"step": 5, "kind": "weigh', encoding="utf-8")
+    assert descent_summary(path) == {"common_descent": 2 / 3}
+    path.write_text(json.dumps(rows[-1]), encoding="utf-8")
+    assert descent_summary(path) == {}  # a run without descent_check has no summary
