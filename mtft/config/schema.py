@@ -262,7 +262,8 @@ class WeightingSection(Section):
             weighting_class(self.method)(**self.options)
         except (TypeError, ValueError) as error:
             raise ValueError(
-                f"options {echo(self.options)} do not fit weighting {self.method!r}: {shorten(str(error))}"
+                f"options {echo(self.options)} do not fit weighting {self.method!r}: {shorten(str(error))} "
+                "(changing weighting.method, set weighting.options={} or its own options)"
             ) from None
         return self
 

@@ -149,6 +149,7 @@ def test_deepspeed_config_comes_from_the_run_config(tmp_path, monkeypatch):
         [
             "training.gradient_clipping=0.5",
             "weighting.method=mean",
+            "weighting.options={}",
             "training.gradient_accumulation_steps=3",
             "training.deepspeed_config=configs/deepspeed/zero2.json",
         ],

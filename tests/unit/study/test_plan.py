@@ -37,7 +37,10 @@ def plan(path: Path, *overrides: str):
 def test_grid_times_variants_times_seeds(tmp_path):
     path = write_study(
         tmp_path,
-        variants=[{"name": "mean", "overrides": {"weighting.method": "mean"}}, {"name": "lfmlf"}],
+        variants=[
+            {"name": "mean", "overrides": {"weighting.method": "mean", "weighting.options": {}}},
+            {"name": "lfmlf"},
+        ],
         baseline={"variant": "mean"},
     )
     spec, runs = plan(path)
@@ -61,7 +64,10 @@ def test_factors_are_named_axes_crossed_with_variants_and_grid(tmp_path):
     }
     path = write_study(
         tmp_path,
-        variants=[{"name": "mean", "overrides": {"weighting.method": "mean"}}, {"name": "lfmlf"}],
+        variants=[
+            {"name": "mean", "overrides": {"weighting.method": "mean", "weighting.options": {}}},
+            {"name": "lfmlf"},
+        ],
         factors={"setup": setups},
         grid={"training.max_steps": [5]},
         baseline={"variant": "mean"},
