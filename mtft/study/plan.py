@@ -48,7 +48,8 @@ class PlannedRun:
 
 
 def expand_cells(spec: StudySpec) -> list[Cell]:
-    """Variants × factors × the grid's cartesian product, in file order (the first axis varies slowest)."""
+    """Variants × factors × the grid's cartesian product, in file order (the first axis varies slowest), less the
+    cells an ``exclude`` entry names."""
     keys = list(spec.grid)
     short = _short_names(keys)
     named: list[tuple[str, list[tuple[str, dict[str, Any]]]]] = []  # axis -> [(level, overrides)]
@@ -60,6 +61,8 @@ def expand_cells(spec: StudySpec) -> list[Cell]:
         for values in itertools.product(*(spec.grid[k] for k in keys)):
             axes: dict[str, Any] = {axis: level for (axis, _), (level, _) in zip(named, levels)}
             axes.update(zip(keys, values))
+            if spec.excludes(axes):
+                continue
             overrides = {key: value for _, level in levels for key, value in level.items()}
             overrides.update(zip(keys, values))
             parts = [level for level, _ in levels] + [f"{short[k]}-{_slug(v)}" for k, v in zip(keys, values)]

@@ -87,6 +87,11 @@ class StudySpec(_Section):
         "setup: {full-adamw: {model.adapter.method: full, training.optimizer.lr: 1e-3}, ...}; crossed with the "
         "variants and the grid.",
     )
+    exclude: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Cells left out of the product: each entry is axis -> value (a partial cell, e.g. {variant: "
+        "lfmlf-adam-metric, setup: full-sgd}); a cell matching every pair of any entry is not run.",
+    )
     seeds: Optional[list[int]] = Field(None, description="Fine-tuning seeds (run.seed) of every cell.")
     num_seeds: Optional[int] = Field(None, ge=1, description="Seeds 0..num_seeds-1 (instead of seeds).")
     metrics: list[str] = Field(
@@ -147,17 +152,32 @@ class StudySpec(_Section):
         names = [v.name for v in self.variants]
         if len(set(names)) != len(names):
             raise ValueError(f"variants: a name is used twice: {names}")
-        for key in self.baseline or {}:
-            if key not in self.axes:
-                raise ValueError(f"baseline: '{key}' is not an axis of the study (axes: {', '.join(self.axes)})")
         if self.baseline:
-            for key, value in self.baseline.items():
-                choices = (
-                    names if key == "variant" else list(self.factors[key]) if key in self.factors else self.grid[key]
-                )
-                if value not in choices:
-                    raise ValueError(f"baseline: {key}={echo(value)} is not one of {echo(choices)}")
+            self._check_coordinates(self.baseline, "baseline")
+        for index, entry in enumerate(self.exclude):
+            if not entry:
+                raise ValueError(f"exclude[{index}] is empty: it would leave out every cell")
+            self._check_coordinates(entry, f"exclude[{index}]")
         return self
+
+    def _check_coordinates(self, coordinates: dict[str, Any], where: str) -> None:
+        """Every key an axis of the study, every value one of that axis's values (variant or level names)."""
+        for key, value in coordinates.items():
+            if key not in self.axes:
+                raise ValueError(f"{where}: '{key}' is not an axis of the study (axes: {', '.join(self.axes)})")
+            choices = (
+                [v.name for v in self.variants]
+                if key == "variant"
+                else list(self.factors[key])
+                if key in self.factors
+                else self.grid[key]
+            )
+            if value not in choices:
+                raise ValueError(f"{where}: {key}={echo(value)} is not one of {echo(choices)}")
+
+    def excludes(self, axes: dict[str, Any]) -> bool:
+        """Whether the cell with these axis values is left out by an ``exclude`` entry."""
+        return any(all(axes.get(key) == value for key, value in entry.items()) for entry in self.exclude)
 
     @property
     def axes(self) -> list[str]:

@@ -87,6 +87,22 @@ def test_factors_are_named_axes_crossed_with_variants_and_grid(tmp_path):
     assert yaml.safe_load(runs[3].config_yaml)["training"]["optimizer"]["lr"] == 0.01
 
 
+def test_exclude_leaves_out_the_cells_it_names(tmp_path):
+    path = write_study(
+        tmp_path,
+        variants=[
+            {"name": "mean", "overrides": {"weighting.method": "mean", "weighting.options": {}}},
+            {"name": "lfmlf"},
+        ],
+        factors={"opt": {"sgd": {"training.optimizer.name": "sgd"}, "adamw": {}}},
+        exclude=[{"variant": "lfmlf", "opt": "sgd"}, {"variant": "mean", "training.optimizer.lr": 0.01}],
+    )
+    spec, runs = plan(path, "seeds=[0]")
+    names = [c.name for c in expand_cells(spec)]
+    assert names == ["mean_sgd_lr-0.001", "mean_adamw_lr-0.001", "lfmlf_adamw_lr-0.001", "lfmlf_adamw_lr-0.01"]
+    assert [r.cell.name for r in runs] == names
+
+
 def test_num_seeds_and_command_line_overrides(tmp_path):
     path = write_study(tmp_path, seeds=None, num_seeds=3)
     spec, runs = plan(path, "num_seeds=2", "overrides.training.max_steps=7", "executor.workers=1")
@@ -117,6 +133,9 @@ def test_clashing_axis_names_and_values_stay_apart(tmp_path):
         ({"factors": {"opt": {"../x": {}}}}, "level name"),
         ({"factors": {"opt": {"sgd": {}}}, "baseline": {"opt": "adam"}}, "is not one of"),
         ({"baseline": {"training.optimizer.lr": 0.5}}, "is not one of"),
+        ({"exclude": [{"variant": "mean"}]}, "exclude[0]: 'variant' is not an axis"),
+        ({"exclude": [{"training.optimizer.lr": 0.5}]}, "exclude[0]: training.optimizer.lr=0.5 is not one of"),
+        ({"exclude": [{}]}, "exclude[0] is empty"),
         ({"colour": "red"}, "unknown key 'colour'"),
         ({"executor": {"workerz": 2}}, "unknown key 'executor.workerz'; valid keys: name, workers"),
         ({"variants": [{"name": "../x"}]}, "variant name"),
