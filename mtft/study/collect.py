@@ -27,7 +27,8 @@ def record_of(root: Path, run: PlannedRun) -> dict[str, Any]:
         metrics = run_metrics(run.run_dir)
         if "wall_s" in status:
             metrics["wall_s"] = float(status["wall_s"])
-        return run_record(cell, axes, seed, "complete", metrics, run_dir=where)
+        code = [version.get("source") for version in status.get("code", []) if version.get("source")]
+        return run_record(cell, axes, seed, "complete", metrics, run_dir=where, code=code)
     if status.get("status") == "failed":
         return run_record(cell, axes, seed, "failed", error=status.get("error") or "failed", run_dir=where)
     started = "interrupted; resumes from its checkpoint" if is_started(run.run_dir) else None

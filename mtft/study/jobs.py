@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from mtft.core.runlock import lock_path, waiting_lock
+from mtft.core.version import code_version
 from mtft.study.state import is_finished, is_started, record_attempt
 
 # variables of an enclosing launch that must not leak into a run's own distributed set-up
@@ -69,6 +70,7 @@ class RunJob:
         _wait_until_free(Path(self.run_dir))
         log = Path(self.log_path) if main else Path(self.log_path).with_suffix(f".rank{rank}.log")
         log.parent.mkdir(parents=True, exist_ok=True)
+        code = code_version()  # what the run will import: the source as it is at launch
         start = time.perf_counter()
         with open(log, "a", encoding="utf-8") as out:
             out.write(f"$ {' '.join(self.command())}\n")
@@ -93,7 +95,7 @@ class RunJob:
         else:
             status, error = "failed", error_line(log)
         if main:
-            record_attempt(Path(self.status_path), status, returncode, seconds, error)
+            record_attempt(Path(self.status_path), status, returncode, seconds, error, code)
         return {"key": self.key, "status": status, "returncode": returncode, "error": error}
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import sys
 
 from mtft.core.atomic import AtomicFolder
+from mtft.core.version import code_version
 from mtft.study.jobs import RunJob, error_line
-from mtft.study.state import read_status
+from mtft.study.state import read_status, record_attempt
 
 
 def job(tmp_path, **extra) -> RunJob:
@@ -49,5 +50,16 @@ def test_a_failing_run_is_recorded_with_its_error_line(tmp_path):
     assert outcome["status"] == "failed" and outcome["returncode"] == 2
     status = read_status(tmp_path / "status" / "c.json")
     assert status["status"] == "failed" and status["error"].startswith("error: ") and status["attempts"] == 1
+    assert status["code"] == [code_version()]  # the source the run was launched with
     job(tmp_path)()
-    assert read_status(tmp_path / "status" / "c.json")["attempts"] == 2
+    again = read_status(tmp_path / "status" / "c.json")
+    assert again["attempts"] == 2 and again["code"] == [code_version()]  # one version, listed once
+
+
+def test_a_run_resumed_under_other_code_keeps_both_versions(tmp_path):
+    path = tmp_path / "status.json"
+    old, new = {"source": "aaaaaaaaaaaa", "commit": None}, {"source": "bbbbbbbbbbbb", "commit": "0123456789ab"}
+    record_attempt(path, "interrupted", 143, 5.0, "stopped", old)
+    record_attempt(path, "finished", 0, 7.0, None, new)
+    status = read_status(path)
+    assert status["code"] == [old, new] and status["wall_s"] == 12.0 and status["attempts"] == 2
