@@ -87,8 +87,10 @@ def _code_section(results: StudyResults) -> list[str]:
     """Say so when the complete runs were not all produced by the same mtft source (a study resumed across an
     edit or a commit): their numbers may not be comparable, and nothing else in the tables would show it."""
     versions = results.code_versions
-    if len(versions) <= 1:
-        return [f"Code: every run by mtft source {next(iter(versions))}.", ""] if versions else []
+    if not versions or list(versions) == ["unrecorded"]:
+        return []  # nothing recorded (runs older than the record): nothing to say
+    if len(versions) == 1:
+        return [f"Code: every run by mtft source {next(iter(versions))}.", ""]
     listed = ", ".join(f"{source}: {count} runs" for source, count in versions.items())
     return [
         f"**Code: the complete runs come from {len(versions)} versions of the mtft source** ({listed}; a run "

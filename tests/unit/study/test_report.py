@@ -139,6 +139,8 @@ def test_axis_scale(values, scale):
 
 def test_runs_from_several_versions_of_the_source_are_flagged(tmp_path):
     records = grid_records(seeds=(0, 1))
+    unrecorded = aggregate(records, AXES, ["*"], None, CELLS)
+    assert "Code:" not in write_results(tmp_path / "none", unrecorded)["md"].read_text()
     for record in records:
         record["code"] = ["aaaaaaaaaaaa"]
     one = aggregate(records, AXES, ["*"], None, CELLS)
