@@ -9,6 +9,7 @@ a checkpoint has loaded.
 from __future__ import annotations
 
 import json
+import math
 import signal
 import time
 from pathlib import Path
@@ -22,7 +23,7 @@ from mtft.adapters import build_method, parameter_table
 from mtft.config.schema import RunConfig
 from mtft.core.atomic import AtomicFolder, recover, write_json
 from mtft.core.distributed import barrier, init_distributed
-from mtft.core.errors import CheckpointError, ConfigError, Interrupted
+from mtft.core.errors import CheckpointError, ConfigError, Diverged, Interrupted
 from mtft.core.paths import inside
 from mtft.data.batching import BatchBuilder
 from mtft.data.pipeline import PreparedData, prepare_data
@@ -281,6 +282,7 @@ class Run:
             result = self.step_fn(self._micro_batches())
             self.step += 1
             bar.update(1)
+            self._stop_if_diverged(result)
             if result.extras.get("skipped"):
                 logger.warning(f"step {self.step} skipped: {self.step_fn.skip_reason}")
                 self.log.log(self.step, "skipped", {"reason": self.step_fn.skip_reason})
@@ -320,6 +322,22 @@ class Run:
             every = cfg.checkpointing.every_steps
             if every and self.step % every == 0 and self.step < cfg.training.max_steps:
                 self._save()
+
+    def _stop_if_diverged(self, result) -> None:
+        """A non-finite loss ends the run with one line, rather than training on NaN weights to a report of NaN
+        metrics and exit status 0. Every rank sees the same (all-reduced) losses, so every rank stops here."""
+        names = self.data.objective_names
+        bad = nonfinite_objectives(result.losses, result.counts, names)
+        if not bad:
+            return
+        self.log.log(self.step, "stopped", {"reason": "diverged", "objectives": bad})
+        value = float(result.losses[names.index(bad[0])])
+        saved = f"the last checkpoint is step {self.saved_step}" if self.saved_step else "no checkpoint was saved"
+        raise Diverged(
+            f"training diverged at step {self.step}: the loss of {bad[0]} is {value}"
+            f"{f' ({len(bad)} of {len(names)} objectives non-finite)' if len(bad) > 1 else ''}; {saved}. "
+            "Lower training.optimizer.lr or keep training.gradient_clipping on, and start again"
+        )
 
     def _stationary(self, result) -> bool:
         eps = self.config.weighting.stationarity_eps
@@ -437,6 +455,13 @@ class Run:
             variants={name: td.task.metric_description() for name, td in self.data.tasks.items()},
         )
         logger.info(f"report: {path}")
+
+
+def nonfinite_objectives(losses: torch.Tensor, counts: torch.Tensor, names: list[str]) -> list[str]:
+    """The objectives present in a step (count > 0) whose loss is NaN or infinite; an absent one's NaN is not."""
+    return [
+        n for n, loss, count in zip(names, losses.tolist(), counts.tolist()) if count > 0 and not math.isfinite(loss)
+    ]
 
 
 def _options_text(options: dict[str, Any]) -> str:
