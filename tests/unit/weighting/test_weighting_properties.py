@@ -130,16 +130,7 @@ def test_zero_gradients_give_finite_weights(name, zeros):
         assert (w >= 0).all()
 
 
-_KNOWN_NAN = pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "known: CAGrad.solve_dual takes ρ(0) = ||g_w|| at round-off (4e-14 here, 0 in the hull) for a root bracket, "
-        "Brent's method converges to a τ with ||g_w|| = 0, and the weights are 0/0"
-    ),
-)
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=_KNOWN_NAN) if n == "cagrad" else n for n in ALL])
+@pytest.mark.parametrize("name", ALL)
 def test_zero_gradient_with_zero_in_the_hull_gives_finite_weights(name):
     a = np.array([[0.0, 0.0], [-0.2, 1.1], [0.1, 0.4], [0.0, -0.9]])
     w, m = _weigh(name, a)
