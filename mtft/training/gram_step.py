@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from mtft.core.distributed import all_reduce_sum
+from mtft.core.errors import Diverged
 from mtft.gradients import PerObjectiveGradients
 from mtft.pareto import SolverInputError
 from mtft.training.metric import OptimizerMetric
@@ -113,7 +114,13 @@ class GramWeightedStep:
             extras.update(skipped=1.0)
             self.skip_reason = str(error)
             return StepResult(losses, counts, weights, float("nan"), examples, extras)
-        weights[present] = torch.as_tensor(np.asarray(w, dtype=np.float64))
+        w = np.asarray(w, dtype=np.float64)
+        if not np.isfinite(w).all():  # applied, it would turn every trainable weight into NaN
+            raise Diverged(
+                f"weighting {self.weighting.name} returned non-finite weights at step {self.steps + 1} "
+                f"({np.array2string(w, precision=3, threshold=8)}); the update was not applied"
+            )
+        weights[present] = torch.as_tensor(w)
         combined = self.collector.combine(weights * scale)
         surrogate = sum((p * combined[p].to(p.dtype)).sum() for p in combined)
         before = {p: p.detach().clone() for p in self.collector.views} if self.descent_check else None
