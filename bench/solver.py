@@ -9,7 +9,10 @@ real gradients with millions of shared parameters), prints a Markdown table: med
 ratios cvxpy ÷ ours; the largest relative objective gap (ours − cvxpy)/cvxpy; and whether the targets hold
 (median ≤ 0.5 ms at T = 48; objective within 1e-9 relative of cvxpy's). A second table repeats the exact
 solver's timings on degenerate families (rank-deficient, ill-conditioned), where the fast path can fall back
-to Wolfe's method. Timings interleave the methods problem by problem, so machine load hits them alike.
+to Wolfe's method. A third table times the floored solver (the collapse guard, weights ≥ β/T; β = 0.1 and 0.5)
+beside the unfloored one on the same problems, with the ratios floored ÷ unfloored, its objective gap to
+cvxpy's floored problem, and the same 0.5 ms target at T = 48. Timings interleave the methods problem by
+problem, so machine load hits them alike.
 """
 
 from __future__ import annotations
@@ -23,10 +26,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mtft.pareto import check_gram, cvxpy_problem, solve_min_norm  # noqa: E402
+from mtft.pareto import check_gram, cvxpy_floored_problem, cvxpy_problem, solve_min_norm  # noqa: E402
 from mtft.pareto.cvxpy_backend import _build, solve_cvxpy  # noqa: E402
 
 SIZES = (2, 15, 48, 100)
+FLOORS = (0.1, 0.5)
 TARGET_MS_T48 = 0.5
 TARGET_REL_GAP = 1e-9
 
@@ -121,6 +125,47 @@ def main() -> None:
                 falls += cert.backend == "exact+wolfe"
             cells.append(f"{np.median(times) * 1e3:.3f} / {max(times) * 1e3:.2f} | {falls / args.problems:.0%}")
         print(f"| {T} | " + " | ".join(cells) + " |")
+
+    floored_table(rng, args.problems)
+
+
+def floored_table(rng: np.random.Generator, problems: int) -> None:
+    """The floored solver beside the unfloored one (same problems, interleaved) and against cvxpy's floored QP."""
+    print(
+        f"\nFloored simplex (collapse guard, w_t ≥ β/T), random problems as above; median ms over {problems} "
+        "problems per T; gap: max (ours − cvxpy)/cvxpy over the floored problems\n"
+    )
+    head = " | ".join(f"β = {b} (ms) | ratio β = {b} ÷ β = 0 | gap β = {b}" for b in FLOORS)
+    print(f"| T | β = 0 (ms) | {head} |")
+    print("|---|---|" + "---|---|---|" * len(FLOORS))
+    ok_time, ok_gap = True, True
+    for T in SIZES:
+        cvxpy_floored_problem(T)
+        solve_min_norm(_random(rng, T), floor=FLOORS[0], backend="cvxpy")  # compile outside the timings
+        times: dict[float, list[float]] = {b: [] for b in (0.0, *FLOORS)}
+        gaps: dict[float, list[float]] = {b: [] for b in FLOORS}
+        for _ in range(problems):
+            gram = _random(rng, T)
+            for b in times:
+                (_, cert), t = _timed(solve_min_norm, gram, floor=b)
+                times[b].append(t)
+                if b > 0:
+                    _, ref = solve_min_norm(gram, floor=b, backend="cvxpy")
+                    gaps[b].append((cert.objective - ref.objective) / ref.objective)
+        med = {b: float(np.median(x)) * 1e3 for b, x in times.items()}
+        cells = " | ".join(f"{med[b]:.3f} | {med[b] / med[0.0]:.2f}× | {max(gaps[b]):.1e}" for b in FLOORS)
+        print(f"| {T} | {med[0.0]:.3f} | {cells} |")
+        ok_gap &= all(max(gaps[b]) <= TARGET_REL_GAP for b in FLOORS)
+        if T == 48:
+            ok_time = all(med[b] <= TARGET_MS_T48 for b in FLOORS)
+    print(
+        f"\nTarget floored median ≤ {TARGET_MS_T48} ms at T = 48 (β = {', '.join(map(str, FLOORS))}): "
+        f"{'MET' if ok_time else 'NOT MET'}"
+    )
+    print(
+        f"Target floored objective within {TARGET_REL_GAP:g} relative of cvxpy's (never worse): "
+        f"{'MET' if ok_gap else 'NOT MET'}"
+    )
 
 
 if __name__ == "__main__":

@@ -12,9 +12,11 @@ tokenizer are written to ``base/``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import warnings
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import peft
 import torch
@@ -23,6 +25,7 @@ from safetensors.torch import save_file
 
 from mtft.adapters import METHODS, AdapterMethod
 from mtft.core.atomic import AtomicFolder, write_json
+from mtft.core.distributed import quiet_cpu_accelerator
 from mtft.core.errors import CheckpointError
 from mtft.core.paths import inside
 from mtft.training.restore import LoadedRun, load_run
@@ -59,6 +62,8 @@ def export_run(run_dir: Path, out: Path, checkpoint: Optional[Path] = None) -> l
     # folder holds nothing to lose), not even an earlier export
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise CheckpointError(f"export directory {out} exists and is not empty; choose another --out")
+    AtomicFolder(out).check()  # a <out>.partial or <out>.previous of the user's is refused before the run loads
+    quiet_cpu_accelerator()  # PEFT's save asks transformers about DeepSpeed, which would warn about the CPU
     run = load_run(run_dir, checkpoint)
     method = run.config.model.adapter.method
     if not run.method.exports_lora:
@@ -67,11 +72,15 @@ def export_run(run_dir: Path, out: Path, checkpoint: Optional[Path] = None) -> l
             f"{run_dir} fine-tuned with model.adapter.method={method}; export writes LoRA adapters ({exportable} runs)"
         )
     slots = _slots(run)
-    with AtomicFolder(out).writing(kind="export", method=method) as partial:
+    with AtomicFolder(out).writing(kind="export", method=method) as partial, _quiet_libraries():
         base_ref = _write_base(run, partial)
         for slot, (name, task) in enumerate(slots):
             folder = inside(partial, *name.split("/"))  # an objective's slot is <task>/<language>
-            peft_model_for(run.model.encoder, run.method, slot, name, base_ref).save_pretrained(str(folder))
+            # the embeddings are frozen under LoRA: nothing of them to save (and no vocabulary check, which
+            # looks for a config.json at base_ref and warns when the base is the export's own ../base)
+            peft_model_for(run.model.encoder, run.method, slot, name, base_ref).save_pretrained(
+                str(folder), save_embedding_layers=False
+            )
             _write_head(run, task, folder)
         write_json(
             partial / "export.json",
@@ -84,6 +93,23 @@ def export_run(run_dir: Path, out: Path, checkpoint: Optional[Path] = None) -> l
             },
         )
     return [inside(out, *name.split("/")) for name, _ in slots]
+
+
+@contextlib.contextmanager
+def _quiet_libraries() -> Iterator[None]:
+    """What the user sees of an export is mtft's own summary: transformers' shard-writing progress bar and its
+    deprecation notices about its own internals (raised inside PEFT's save) say nothing about the export."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\.")
+            yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
 
 
 def _slots(run: LoadedRun) -> list[tuple[str, str]]:

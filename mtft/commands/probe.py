@@ -149,7 +149,7 @@ def _finetune_checkpoint(folder: Path, args):
     from mtft.config.paths import cache_dir
     from mtft.forgetting.head_fit import fitted_head
     from mtft.forgetting.mlm import attach_head, load_mlm_checkpoint
-    from mtft.training.pretrain import MARKER, prelude_key, task_languages
+    from mtft.training.pretrain import MARKER, prelude_key, task_languages, tiny_task_texts
     from mtft.training.restore import find_run_dir, load_run
 
     try:
@@ -166,7 +166,10 @@ def _finetune_checkpoint(folder: Path, args):
     backbone, revision = config.model.backbone, config.model.revision
     languages = config.corpus.languages or task_languages(config)
     if config.pretrain.before_finetune:
-        backbone, revision = str(cache_dir(config) / "pretrained" / prelude_key(config, languages)), None
+        backbone, revision = (
+            str(cache_dir(config) / "pretrained" / prelude_key(config, languages, tiny_task_texts(config))),
+            None,
+        )
         if not (Path(backbone) / MARKER).is_file():
             raise CheckpointError(
                 f"--checkpoint {folder}: its pre-trained backbone is not in the cache ({backbone}); "

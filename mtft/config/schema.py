@@ -12,7 +12,7 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from mtft.core.errors import echo, shorten
-from mtft.core.paths import name_problem
+from mtft.core.paths import name_value
 
 
 class Section(BaseModel):
@@ -162,10 +162,7 @@ class TaskSelection(Section):
     @field_validator("name")
     @classmethod
     def _name_is_a_file_name(cls, value: str) -> str:
-        problem = name_problem(value)
-        if problem:
-            raise ValueError(f"task name {problem}")
-        return value
+        return name_value(value, "task name")
 
     @field_validator("languages")
     @classmethod
@@ -174,9 +171,7 @@ class TaskSelection(Section):
             if not value:
                 raise ValueError("must list at least one language")
             for language in value:
-                problem = name_problem(language)
-                if problem:
-                    raise ValueError(f"language {problem}")
+                name_value(language, "language")
             if len(set(value)) != len(value):
                 raise ValueError(f"lists a language twice: {value}")
         return value
@@ -200,6 +195,11 @@ class DataSection(Section):
     cache_dir: Optional[str] = Field(
         None, description="Cache for tokenizers and datasets; default $MTFT_CACHE or ~/.cache/mtft."
     )
+
+    @property
+    def longest_row(self) -> int:
+        """The most tokens any task's rows may have: the positions a locally built (tiny) encoder needs."""
+        return max([self.max_length, *(t.max_length for t in self.tasks if t.max_length)])
 
 
 class WeightingSection(Section):
@@ -232,6 +232,19 @@ class WeightingSection(Section):
     cosine_every: int = Field(
         50, ge=0, description="Log the cosine matrix of the per-objective gradients every N steps (0: never)."
     )
+    metric: Literal["euclidean", "optimizer"] = Field(
+        "euclidean",
+        description="Inner product of the Gram: euclidean, G_ts = g_tᵀg_s (the paper's); optimizer, G_ts = g_tᵀPg_s "
+        "with P = diag(1/(√v̂+ε)) the preconditioner AdamW applies, so that the step AdamW takes (momentum aside) "
+        "is the min-norm common-descent direction in its own metric (docs/lfmlf.md). With SGD, P = I: the same "
+        "as euclidean. For weightings that read the Gram.",
+    )
+    descent_check: bool = Field(
+        False,
+        description="Log every step whether the update the optimizer applied, Δθ, decreases every objective to "
+        "first order (g_tᵀΔθ < 0 for every t present): T dot products with per-objective gradients, which a "
+        "weighting that reads no Gram then computes too (per-objective step, as the Gram weightings').",
+    )
 
     @field_validator("method")
     @classmethod
@@ -249,9 +262,27 @@ class WeightingSection(Section):
             weighting_class(self.method)(**self.options)
         except (TypeError, ValueError) as error:
             raise ValueError(
-                f"options {echo(self.options)} do not fit weighting {self.method!r}: {shorten(str(error))}"
+                f"options {echo(self.options)} do not fit weighting {self.method!r}: {shorten(str(error))} "
+                "(changing weighting.method, set weighting.options={} or its own options)"
             ) from None
         return self
+
+    @model_validator(mode="after")
+    def _metric_needs_gram(self) -> "WeightingSection":
+        from mtft.weighting import weighting_class
+
+        if self.metric != "euclidean" and not weighting_class(self.method).needs_gram:
+            raise ValueError(
+                f"metric={self.metric} is the inner product of the Gram, and weighting {self.method!r} reads no Gram; "
+                "use metric=euclidean, or a weighting such as lfmlf"
+            )
+        return self
+
+    def per_objective_gradients(self) -> bool:
+        """Whether the step forms per-objective gradients: for the Gram, or for the descent check."""
+        from mtft.weighting import weighting_class
+
+        return weighting_class(self.method).needs_gram or self.descent_check
 
 
 class OptimizerSection(Section):
@@ -373,6 +404,13 @@ class PretrainSection(Section):
         ge=0,
         description="Seed of the backbone: the tiny encoder's random initialisation and masked-LM pre-training "
         "(masking, data order, dropout). Independent of run.seed; vary it as a study axis to vary the backbone.",
+    )
+    vocabulary: Literal["corpus", "corpus+tasks"] = Field(
+        "corpus",
+        description="Tiny backbone: the text its tokenizer is trained on. corpus: the pre-training corpus only, so "
+        "every token's embedding is pre-trained (what a frozen encoder -- Multi-LoRA, head -- needs); corpus+tasks: "
+        "also the fine-tuning tasks' texts, for tasks whose words the corpus never shows (the WikiANN fixtures' "
+        "capitalised names would otherwise be <unk> and split into characters); their new tokens start untrained.",
     )
     tokens: int = Field(1_000_000, ge=1, description="Token budget of pre-training (packed input tokens).")
     save_at_tokens: list[int] = Field(
@@ -529,6 +567,11 @@ class RunConfig(Section):
         if not method.supports_gram and weighting_class(self.weighting.method).needs_gram:
             raise ValueError(
                 f"weighting.method={self.weighting.method} needs per-objective gradients, {method.gram_refusal}"
+            )
+        if not method.supports_gram and self.weighting.descent_check:
+            raise ValueError(
+                "weighting.descent_check=true needs per-objective gradients, which model.adapter.method="
+                f"{self.model.adapter.method} does not provide; set weighting.descent_check=false"
             )
         return self
 

@@ -10,6 +10,12 @@ that :func:`recover` puts back. After :meth:`AtomicFolder.commit` returns, the f
 (the parent directory's entry is flushed too). A full disk while writing or committing removes the partial folder and
 raises :class:`~mtft.core.errors.DiskFullError` ("no space left on <folder>"): nothing half-written looks complete.
 
+Only what mtft wrote is ever deleted or moved: the first file of every ``X.partial`` is a stamp (:data:`STAMP`, a
+small JSON object), removed only after the marker is written, so a leftover of a killed attempt always holds the
+stamp or the marker (or nothing). A leftover ``X.partial`` or ``X.previous`` holding neither -- a folder of the
+user's that happens to have that name -- is never removed: :meth:`AtomicFolder.check` refuses with one
+:class:`~mtft.core.errors.CheckpointError` line, and :func:`recover` leaves it alone.
+
 Several processes may write into the same ``X.partial`` (each rank its own files); one of them begins and
 commits, the others wait at barriers around it (see :mod:`mtft.training.checkpoint`).
 """
@@ -24,9 +30,10 @@ import shutil
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from mtft.core.errors import DiskFullError
+from mtft.core.errors import CheckpointError, DiskFullError
 
 MARKER = "COMPLETE"
+STAMP = ".mtft-partial"  # in X.partial from its creation until its marker is written; never in X
 
 
 def is_complete(folder: Path) -> bool:
@@ -43,11 +50,21 @@ def marker(folder: Path) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def written_by_mtft(folder: Path) -> bool:
+    """Whether ``folder`` (a leftover ``X.partial`` or ``X.previous``) is mtft's to delete: a folder holding
+    :data:`STAMP` or a JSON marker that names its kind, or an empty folder (nothing to lose)."""
+    folder = Path(folder)
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    return (folder / STAMP).is_file() or "kind" in marker(folder) or not any(folder.iterdir())
+
+
 def recover(final: Path) -> None:
-    """Undo an interrupted replacement: a complete ``final.previous`` without ``final`` becomes ``final`` again."""
+    """Undo an interrupted replacement: a complete ``final.previous`` that mtft wrote, without ``final``, becomes
+    ``final`` again."""
     final = Path(final)
     previous = _sibling(final, "previous")
-    if not final.exists() and is_complete(previous):
+    if not final.exists() and is_complete(previous) and written_by_mtft(previous):
         os.replace(previous, final)
 
 
@@ -57,31 +74,55 @@ class AtomicFolder:
     def __init__(self, final: Path):
         self.final = Path(final)
         self.partial = _sibling(self.final, "partial")
+        self.previous = _sibling(self.final, "previous")
 
-    def begin(self) -> Path:
-        """A fresh, empty ``final.partial`` (a leftover of an interrupted attempt is removed)."""
+    def check(self) -> None:
+        """Refuse (one CheckpointError) to write ``final`` while ``final.partial`` or ``final.previous`` exists and
+        was not written by mtft: both would be deleted. Cheap; callers run it before heavy work too."""
+        for leftover in (self.partial, self.previous):
+            if (leftover.exists() or leftover.is_symlink()) and not written_by_mtft(leftover):
+                raise CheckpointError(f"{leftover} exists and was not written by mtft; move it away")
+
+    def begin(self, **description: Any) -> Path:
+        """A fresh ``final.partial`` holding only the stamp (``description`` goes into it); a leftover of an
+        interrupted attempt is removed, anything else refused (:meth:`check`)."""
+        self.check()
         shutil.rmtree(self.partial, ignore_errors=True)
-        self.partial.mkdir(parents=True)
+        try:
+            self.partial.mkdir(parents=True)
+            _write_synced(self.partial / STAMP, json.dumps({"writer": "mtft", **description}, sort_keys=True) + "\n")
+        except OSError as exc:
+            self.abort()
+            raise_if_disk_full(exc, self.final)
+            raise
         return self.partial
 
     def commit(self, **description: Any) -> Path:
         """Mark the partial folder complete (``description`` goes into the marker), flush it, and rename it to
-        ``final``, replacing a previous ``final``."""
+        ``final``, replacing a previous ``final``. The stamp goes once the marker is there (a kill in between
+        leaves a partial folder with the marker, still recognised as mtft's)."""
         try:
             _write_synced(self.partial / MARKER, json.dumps(description, sort_keys=True) + "\n")
+            (self.partial / STAMP).unlink(missing_ok=True)
             _sync_tree(self.partial)
         except OSError as exc:
             self.abort()
             raise_if_disk_full(exc, self.final)
             raise
         recover(self.final)
-        previous = _sibling(self.final, "previous")
-        if self.final.exists():
-            shutil.rmtree(previous, ignore_errors=True)
+        previous = self.previous
+        replacing = self.final.exists()
+        if replacing:
+            if previous.exists() or previous.is_symlink():
+                if not written_by_mtft(previous):  # appeared since begin(): refuse rather than delete it
+                    self.abort()
+                    raise CheckpointError(f"{previous} exists and was not written by mtft; move it away")
+                shutil.rmtree(previous)
             os.replace(self.final, previous)
         os.replace(self.partial, self.final)
         _sync_dir(self.final.parent)
-        shutil.rmtree(previous, ignore_errors=True)
+        if replacing:
+            shutil.rmtree(previous, ignore_errors=True)
         return self.final
 
     def abort(self) -> None:
@@ -90,9 +131,9 @@ class AtomicFolder:
     @contextlib.contextmanager
     def writing(self, **description: Any) -> Iterator[Path]:
         """One process: ``with AtomicFolder(x).writing(kind="best") as folder: ...`` commits on success and
-        removes the partial folder on an exception."""
+        removes the partial folder on an exception (a refused :meth:`begin` removes nothing)."""
+        folder = self.begin(**description)
         try:
-            folder = self.begin()
             yield folder
         except BaseException as exc:
             self.abort()

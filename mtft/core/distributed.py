@@ -40,8 +40,7 @@ def init_distributed() -> ProcessInfo:
     if local_world > 1 and "OMP_NUM_THREADS" not in os.environ:
         # Several processes on one host each default to all cores; oversubscription makes steps ~90x slower.
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
-    if not torch.cuda.is_available():
-        os.environ.setdefault("DS_ACCELERATOR", "cpu")  # what DeepSpeed would detect, without its warning
+    quiet_cpu_accelerator()
     import deepspeed
 
     if not torch.distributed.is_initialized():
@@ -66,3 +65,10 @@ def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
 def barrier() -> None:
     if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
         torch.distributed.barrier()
+
+
+def quiet_cpu_accelerator() -> None:
+    """Without a GPU, name DeepSpeed's CPU accelerator before anything imports DeepSpeed: what it would detect,
+    without its "Setting accelerator to CPU ... unable to detect it" warning on every command."""
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")

@@ -51,5 +51,10 @@ class Interrupted(UserError):
         super().__init__(message or f"stopped by {signal_name} after step {step}; checkpoint {checkpoint} saved")
 
 
+class Diverged(UserError):
+    """Training produced a non-finite loss. The run stops there: the weights are lost, nothing after the last
+    checkpoint is saved, and the run is not complete (a study counts it as failed, with this line)."""
+
+
 class DiskFullError(UserError):
     """A write ran out of space; nothing half-written looks complete."""

@@ -29,6 +29,14 @@ def name_problem(name: object) -> str | None:
     return None
 
 
+def name_value(name: object, what: str) -> str:
+    """``name`` if valid, else a ValueError "<what> <problem>": the form a pydantic field validator raises."""
+    problem = name_problem(name)
+    if problem:
+        raise ValueError(f"{what} {problem}")
+    return name  # type: ignore[return-value]
+
+
 def check_name(name: object, what: str) -> str:
     """``name`` if it is a valid task/language name, else a ConfigError naming ``what`` (e.g. 'task file x: task')."""
     problem = name_problem(name)

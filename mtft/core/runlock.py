@@ -5,7 +5,8 @@ run that is still alive would train the same steps twice. The lock is taken befo
 written (the run directory itself may not exist yet, so the lock file lives beside it) and held until the process
 ends; the kernel releases it when the process dies, however it dies, so a stale lock cannot block a resume. The file
 holds the holder's pid, host and start time, for the refusal message; it is left in place once the run directory
-exists (marked complete), and removed (with any folder made for it) when the run was refused before writing anything.
+exists (marked complete), and removed (with any folder made for it) when the run was refused before writing anything,
+or when this process made the file and ended in an error (a refused ``--resume`` of a finished run adds no file).
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ def run_lock(run_dir: Path) -> Iterator[Path]:
     path = lock_path(run_dir)
     created = [folder for folder in [path.parent, *path.parent.parents] if not folder.exists()]
     path.parent.mkdir(parents=True, exist_ok=True)
+    made_file = not path.exists()
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    locked = False
+    locked = failed = False
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -45,10 +47,16 @@ def run_lock(run_dir: Path) -> Iterator[Path]:
         holder = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
         os.ftruncate(fd, 0)
         os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
-        yield path
+        try:
+            yield path
+        except BaseException:
+            failed = True
+            raise
     finally:
         if locked and not is_complete(Path(run_dir)):  # refused before it wrote its run directory: leave no trace
             _remove_trace(path, created)
+        elif locked and failed and made_file:  # e.g. a refused --resume: the run directory is as it was, no file
+            _remove_trace(path, [])
         os.close(fd)  # closing the descriptor releases the lock
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from mtft.core.errors import ConfigError, UserError
+from mtft.core.utf8 import position
 
 
 class _NoAliasLoader(yaml.SafeLoader):
@@ -40,7 +41,8 @@ def read_text(path: str | Path, what: str, error: type[UserError] = ConfigError)
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise error(f"{what} {path} is not UTF-8 text (byte {exc.start})") from None
+        where = position(exc.start, exc.object[: exc.start].count(b"\n"))
+        raise error(f"{what} {path} is not UTF-8 text ({where})") from None
     except OSError as exc:
         raise error(f"{what} {path} cannot be read: {exc.strerror or exc}") from None
 

@@ -14,12 +14,12 @@ from typing import Any, Callable, Optional
 
 import datasets
 
-from mtft.config.schema import RunConfig, TaskSelection
-from mtft.core.errors import ConfigError, DataError
+from mtft.config.schema import RunConfig
+from mtft.core.errors import DataError
+from mtft.data.selection import SelectedTask, select_tasks
 from mtft.data.sources import describe_source, load_split
 from mtft.tasks.base import Task, unique_by_id
 from mtft.tasks.hidden import HiddenLabelsError, check_not_hidden
-from mtft.tasks.registry import discover_tasks, get_task
 
 logger = logging.getLogger("mtft")
 
@@ -81,13 +81,7 @@ class PreparedData:
 
 def prepare_data(config: RunConfig, make_tokenizer: Callable[[list[str]], Any]) -> PreparedData:
     """Load, check and tokenise every task; ``make_tokenizer(texts)`` returns the tokenizer to use."""
-    available = discover_tasks(config.data.task_dirs)
-    tasks: dict[str, TaskData] = {}
-    for selection in config.data.tasks:
-        if selection.name in tasks:
-            raise ConfigError(f"task {selection.name!r} is listed twice in data.tasks")
-        task = get_task(selection.name, available).configured(selection.settings, f"data.tasks ({selection.name})")
-        tasks[selection.name] = _load_task(task, selection, config)
+    tasks = {chosen.name: _load_task(chosen, config) for chosen in select_tasks(config)}
     _check_borrowed_heads(tasks)
     tokenizer = make_tokenizer(_all_texts(tasks))
     for td in tasks.values():
@@ -108,21 +102,19 @@ def prepare_data(config: RunConfig, make_tokenizer: Callable[[list[str]], Any]) 
     return PreparedData(tasks, tokenizer, units, unit_objective, names, eval_objective)
 
 
-def _load_task(task: Task, selection: TaskSelection, config: RunConfig) -> TaskData:
-    languages = selection.languages or list(task.languages)
-    unknown = [lang for lang in languages if lang not in task.languages]
-    if unknown:
-        raise ConfigError(
-            f"task {task.name!r} has no language(s) {', '.join(unknown)}; valid: {', '.join(task.languages)}"
-        )
-    protocol = selection.protocol or task.default_protocol
-    if protocol not in task.protocols:
-        raise ConfigError(f"task {task.name!r} does not support protocol {protocol!r}; valid: {task.protocols}")
+def task_texts(config: RunConfig) -> list[str]:
+    """The raw texts of every task of ``config`` (what a locally trained tokenizer of the run is trained on), loaded
+    and checked as :func:`prepare_data` does, not tokenised."""
+    return _all_texts({chosen.name: _load_task(chosen, config) for chosen in select_tasks(config)})
+
+
+def _load_task(chosen: SelectedTask, config: RunConfig) -> TaskData:
+    task, selection, languages = chosen.task, chosen.selection, chosen.languages
     split = config.evaluation.split
     td = TaskData(
-        task, protocol, languages, max_length=selection.max_length or config.data.max_length, eval_split=split
+        task, chosen.protocol, languages, max_length=selection.max_length or config.data.max_length, eval_split=split
     )
-    for lang in task.training_languages(languages, protocol):
+    for lang in chosen.training_languages():
         td.raw_train[lang] = _load(td, "train", lang, selection.max_train_examples, config)
         check_not_hidden(task, td.raw_train[lang][task.label_column], td.origin["train", lang], "trained on")
     for lang in languages:
@@ -140,16 +132,12 @@ def _load_task(task: Task, selection: TaskSelection, config: RunConfig) -> TaskD
 
 
 def _check_borrowed_heads(tasks: dict[str, TaskData]) -> None:
-    """An evaluation-only task needs its head's task in the run, with the same head kind and label names."""
+    """An evaluation-only task predicts with its owner's head (present: :func:`select_tasks`): same head kind and
+    label names."""
     for name, td in tasks.items():
         owner = td.task.evaluate_with
         if owner is None:
             continue
-        if owner not in tasks or tasks[owner].task.evaluate_with is not None:
-            raise ConfigError(
-                f"task {name!r} is evaluated with the head of task {owner!r}; add {owner!r} to "
-                "data.tasks" + ("" if owner not in tasks else " as a task that trains its own head")
-            )
         theirs = tasks[owner]
         if (theirs.task.head, theirs.label_names) != (td.task.head, td.label_names):
             raise DataError(

@@ -11,23 +11,16 @@ from __future__ import annotations
 from typing import Callable
 
 from mtft.config.schema import RunConfig
+from mtft.data.selection import select_tasks
 from mtft.data.sources import describe_source, load_split
 from mtft.tasks.base import DatasetRef
-from mtft.tasks.registry import discover_tasks, get_task
 
 
 def dataset_refs(config: RunConfig) -> list[DatasetRef]:
     """Every distinct split the config's run loads, in order."""
-    available = discover_tasks(config.data.task_dirs)
     refs: list[DatasetRef] = []
-    for selection in config.data.tasks:
-        task = get_task(selection.name, available).configured(selection.settings, f"data.tasks ({selection.name})")
-        languages = selection.languages or list(task.languages)
-        protocol = selection.protocol or task.default_protocol
-        wanted = [("train", lang) for lang in task.training_languages(languages, protocol)]
-        wanted += [(config.evaluation.split, lang) for lang in languages]
-        for split, lang in wanted:
-            ref = task.dataset_ref(split, lang, protocol)
+    for chosen in select_tasks(config):
+        for _, _, ref in chosen.refs(config.evaluation.split):
             if ref not in refs:
                 refs.append(ref)
     return refs
@@ -53,5 +46,5 @@ def _prefetch_backbone(config: RunConfig, echo: Callable[[str], None]) -> None:
 
     model = config.model
     tokenizer = load_backbone_tokenizer(model.backbone, model.revision, model.trust_remote_code)
-    build_encoder(model, tokenizer, config.data.max_length, config.pretrain.seed)  # downloads the weights
+    build_encoder(model, tokenizer, config.data.longest_row, config.pretrain.seed)  # downloads the weights
     echo(f"cached model {model.backbone}" + (f" (revision {model.revision})" if model.revision else ""))

@@ -7,20 +7,29 @@
   call used for the Hub id, so features (ClassLabel names) and configs behave identically;
 - a file pattern with ``{name}`` and ``{split}`` placeholders (``.json``/``.jsonl``/``.csv``/``.parquet``):
   loaded with the matching packaged builder.
+
+Local files are checked before ``datasets`` sees them (:func:`check_local_files`): there, present, not empty, and
+UTF-8 -- Arrow's JSON reader takes invalid bytes without a word, so the file's name and the byte would otherwise
+be lost.
 """
 
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Iterator, Mapping, Optional
 
 import datasets
 
 from mtft.core.errors import DataError
+from mtft.core.utf8 import utf8_error
 from mtft.tasks.base import DatasetRef
 
 _BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
+_TEXT_FORMATS = {".json", ".jsonl", ".csv", ".tsv", ".txt"}
+# files this process found valid, by (path, size, modification time): a run's preflight and its loading read
+# each file once, not twice
+_VALID: set[tuple[str, int, int]] = set()
 
 
 def resolve_source(ref: DatasetRef, sources: Mapping[str, str]) -> DatasetRef:
@@ -54,9 +63,7 @@ def load_split(
     cache_dir: Optional[str] = None,
 ) -> datasets.Dataset:
     """``datasets.load_dataset`` for ``ref``, with one clear :class:`DataError` when it cannot be had."""
-    resolved = resolve_source(ref, sources)
-    if resolved.data_files is not None and not Path(resolved.data_files).is_file():
-        raise DataError(f"dataset file not found: {resolved.data_files} (for {ref.describe()})")
+    resolved = check_local_files(ref, sources)
     if resolved != ref:
         cache_dir = _local_cache_dir(resolved, cache_dir)
     try:
@@ -78,6 +85,41 @@ def load_split(
     except (StopIteration, datasets.exceptions.DatasetGenerationError, UnicodeDecodeError, OSError) as exc:
         # a local file the user wrote: empty (StopIteration in the json builder), a malformed line, not UTF-8
         raise DataError(f"cannot load {_what(ref, resolved)}: {_detail(exc)}") from None
+
+
+def check_local_files(ref: DatasetRef, sources: Mapping[str, str] = {}) -> DatasetRef:
+    """Refuse, with one :class:`DataError` naming the file, a local file ``ref`` would be read from (through
+    ``data.sources``, or the task's own ``data_files``) that is missing, empty or not UTF-8 text; return ``ref``
+    resolved. Files of a Hub-layout folder are checked for UTF-8 only. A Hub dataset is not looked at."""
+    resolved = resolve_source(ref, sources)
+    for file, named in _local_files(resolved):
+        if not file.is_file():
+            raise DataError(f"dataset file not found: {file} (for {ref.describe()})")
+        stat = file.stat()
+        key = (str(file.resolve()), stat.st_size, stat.st_mtime_ns)
+        if key in _VALID:
+            continue
+        if named and stat.st_size == 0:
+            raise DataError(f"cannot load {file} (for {ref.describe()}): the file is empty (no rows)")
+        where = utf8_error(file) if file.suffix in _TEXT_FORMATS else None
+        if where:
+            raise DataError(f"cannot load {file} (for {ref.describe()}): not UTF-8 text ({where})")
+        _VALID.add(key)
+    return resolved
+
+
+def _local_files(resolved: DatasetRef) -> Iterator[tuple[Path, bool]]:
+    """The local files of ``resolved``, each with whether it was named (a data file) rather than found in a folder."""
+    if resolved.data_files is not None:
+        named = resolved.data_files
+        if isinstance(named, dict):  # split -> file(s)
+            named = [f for files in named.values() for f in ([files] if isinstance(files, (str, Path)) else files)]
+        for file in [named] if isinstance(named, (str, Path)) else named:
+            yield Path(file), True
+    elif Path(resolved.path).is_dir():
+        for file in sorted(Path(resolved.path).rglob("*")):
+            if file.suffix in _TEXT_FORMATS and file.is_file():
+                yield file, False
 
 
 def _what(ref: DatasetRef, resolved: DatasetRef) -> str:

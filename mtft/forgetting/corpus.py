@@ -9,7 +9,9 @@ run's training trajectory is the same with and without monitors).
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional, Sequence
 
 import torch
@@ -18,13 +20,28 @@ from transformers import DataCollatorForLanguageModeling
 from mtft.config.schema import CorpusSection, RunConfig
 from mtft.core.errors import ConfigError, DataError
 from mtft.core.labels import IGNORE_INDEX
-from mtft.data.sources import load_split
+from mtft.data.sources import check_local_files, load_split
 from mtft.fixtures import GENERIC_TEXT
 from mtft.tasks.base import DatasetRef
 
 
 def corpus_path(corpus: CorpusSection) -> str:
     return corpus.path if corpus.path is not None else str(GENERIC_TEXT)
+
+
+def check_corpus_files(config: RunConfig, languages: Sequence[str], pretraining: bool) -> None:
+    """Before anything heavy: every local corpus file the run will read (each language's held-out split, and its
+    training split when it pre-trains) exists and is UTF-8 (one DataError naming the file)."""
+    corpus = config.corpus
+    path = corpus_path(corpus)
+    if path.startswith((os.sep, ".")) and path not in config.data.sources and not Path(path).exists():
+        raise DataError(f"corpus.path: no such folder {path}")  # a local path, not a Hub id: say so now
+    splits = [corpus.eval_split.split("[")[0]] + ([corpus.train_split.split("[")[0]] if pretraining else [])
+    for language in languages:
+        for split in dict.fromkeys(splits):
+            name = corpus.name.format(language=language)
+            ref = DatasetRef(path=corpus_path(corpus), name=name, split=split, language=language)
+            check_local_files(ref, config.data.sources)
 
 
 def corpus_texts(config: RunConfig, language: str, split: str, limit: Optional[int] = None) -> list[str]:

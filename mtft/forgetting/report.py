@@ -104,10 +104,12 @@ def _forgetting(run_dir: Path, events: list[dict[str, Any]]) -> list[str]:
             ]
         else:
             lines += ["The measured forgetting stayed within the Theorem-1 bound at every measurement.", ""]
-        beyond = [
+        beyond = [  # a row of a run whose weights became NaN holds nulls: not a comparison to make
             e
             for e in measured
-            if e[_key("F_batch", group)] > 1e-3
+            if e[_key("F_batch", group)] is not None
+            and e[_key("prediction", group)] is not None
+            and e[_key("F_batch", group)] > 1e-3
             and e[_key("F_batch", group)] > 2 * max(e[_key("prediction", group)], 0.0)
         ]
         if beyond:

@@ -36,6 +36,8 @@ SUPPORTED = (nn.Linear, nn.Embedding, nn.LayerNorm, RoutedLoraB)
 # touched rows only -- for Multi-LoRA this makes G block-diagonal across tasks, as the B's of different tasks
 # are disjoint parameters.
 ROW_SPARSE = (nn.Embedding, RoutedLoraB)
+# Columns of the buffers scaled at a time when a Gram is formed in a metric (bounds the scaled copy to T × this).
+METRIC_CHUNK = 1 << 20
 # (objective, its rows): a slice when the batch is sorted by objective, else an index tensor.
 Segments = Sequence[tuple[int, Union[slice, torch.Tensor]]]
 
@@ -228,22 +230,40 @@ class PerObjectiveGradients:
 
     # ------------------------------------------------------------------------------------------------
     def gram(
-        self, params: list[nn.Parameter], only_rows: Optional[dict[nn.Parameter, torch.Tensor]] = None
+        self,
+        params: list[nn.Parameter],
+        only_rows: Optional[dict[nn.Parameter, torch.Tensor]] = None,
+        metric: Optional[dict[torch.Tensor, torch.Tensor]] = None,
     ) -> torch.Tensor:
         """G_ts = g_tᵀ g_s over ``params``, in float64: row-sparse weights over their touched rows only (and
         within ``only_rows[p]`` where given: e.g. the Multi-LoRA B's that several objectives share), the dense
-        rest in one matrix product when every dense parameter is included."""
+        rest in one matrix product when every dense parameter is included.
+
+        ``metric``: a positive diagonal preconditioner P (one tensor of each parameter's shape, for every
+        parameter in ``params``); the Gram is then G_ts = g_tᵀ P g_s = (√p ⊙ g_t)ᵀ(√p ⊙ g_s), formed by scaling
+        column chunks of the buffers (never a full T × P copy)."""
         params = set(params)
         dense = [p for p in self.views if p not in self.row_mask]
-        blocks = [self.views[p][:, self._gram_rows(p, only_rows)] for p in self.embeddings if p in params]
+        blocks: list[tuple[torch.Tensor, Optional[torch.Tensor]]] = []
+        for p in self.embeddings:
+            if p in params:
+                rows = self._gram_rows(p, only_rows)
+                blocks.append((self.views[p][:, rows], None if metric is None else metric[p][rows]))
         if dense and params.issuperset(dense):
-            blocks.append(self.flat[:, self.dense_start :])
+            sqrt_p = None if metric is None else torch.cat([metric[p].reshape(-1) for p in dense])
+            blocks.append((self.flat[:, self.dense_start :], sqrt_p))
         else:
-            blocks += [self.views[p] for p in dense if p in params]
+            blocks += [(self.views[p], None if metric is None else metric[p]) for p in dense if p in params]
         gram = torch.zeros(self.num_objectives, self.num_objectives, dtype=torch.float64)
-        for block in blocks:
+        for block, diagonal in blocks:
             block = block.reshape(self.num_objectives, -1)
-            gram += (block @ block.t()).double().cpu()
+            if diagonal is None:
+                gram += (block @ block.t()).double().cpu()
+                continue
+            root = diagonal.reshape(-1).to(block.dtype).to(block.device).sqrt()
+            for start in range(0, block.shape[1], METRIC_CHUNK):
+                scaled = block[:, start : start + METRIC_CHUNK] * root[start : start + METRIC_CHUNK]
+                gram += (scaled @ scaled.t()).double().cpu()
         return gram
 
     def _gram_rows(self, param: nn.Parameter, only_rows: Optional[dict[nn.Parameter, torch.Tensor]]) -> torch.Tensor:
@@ -265,6 +285,21 @@ class PerObjectiveGradients:
             else:
                 out[p] = dense[offset : offset + p.numel()].view_as(p)
                 offset += p.numel()
+        return out
+
+    def dot(self, vectors: dict[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """(g_tᵀ v)_t in float64 for a vector v given per parameter (e.g. the update the optimizer applied); a
+        parameter missing from ``vectors`` counts as v = 0 there. Row-sparse weights are read over the rows
+        this step touched only: their buffers are zero elsewhere."""
+        out = torch.zeros(self.num_objectives, dtype=torch.float64)
+        for p, view in self.views.items():
+            if p not in vectors:
+                continue
+            v = vectors[p].to(self.flat.dtype).to(self.flat.device)
+            if p in self.row_mask:
+                rows = self.touched_rows(p)
+                view, v = view[:, rows], v[rows]
+            out += (view.reshape(self.num_objectives, -1) @ v.reshape(-1)).double().cpu()
         return out
 
 

@@ -6,11 +6,15 @@ BERT uses for the second text of a pair) travel with every batch, and only the `
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
+from huggingface_hub import constants, try_to_load_from_cache
+from huggingface_hub.utils import HFValidationError, validate_repo_id
 from transformers import AutoConfig, AutoModel, PreTrainedModel, XLMRobertaConfig
 
 from mtft.config.schema import ModelSection
-from mtft.core.errors import ConfigError
+from mtft.core.errors import ConfigError, echo
 from mtft.models.loading import load_pretrained, report_encoder_load
 
 
@@ -25,6 +29,34 @@ def build_encoder(cfg: ModelSection, tokenizer, max_length: int, init_seed: int)
     if isinstance(getattr(encoder, "pooler", None), torch.nn.Module):
         encoder.pooler = None  # unused parameters would get no gradient, which ZeRO and DDP reject
     return encoder
+
+
+def check_backbone(cfg: ModelSection) -> None:
+    """Refuse, before anything is built, a ``model.backbone`` that cannot load: a folder without ``config.json``, a
+    path that does not exist, or -- with the Hub offline (``HF_HUB_OFFLINE=1``) -- a Hub id missing from the Hugging
+    Face cache. Online, a Hub id is left to ``from_pretrained`` (checking it would cost a request)."""
+    name = cfg.backbone
+    if name == "tiny":
+        return
+    what = f"model.backbone={echo(name)}"
+    folder = Path(name)
+    if folder.is_dir():
+        if not (folder / "config.json").is_file():
+            raise ConfigError(f"{what}: the folder has no config.json (not a Hugging Face model folder)")
+        return
+    if folder.exists():
+        raise ConfigError(f"{what} is a file; give a model folder or a Hub id")
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        raise ConfigError(f"{what}: no such folder (and not a Hub id such as 'org/model')") from None
+    if constants.HF_HUB_OFFLINE and not isinstance(
+        try_to_load_from_cache(name, "config.json", revision=cfg.revision), str
+    ):
+        raise ConfigError(
+            f"{what}: no such folder, and as a Hub id it is not in the Hugging Face cache while the Hub is offline "
+            "(HF_HUB_OFFLINE=1); fetch it once with --prefetch where the Hub is reachable, or give a local folder"
+        )
 
 
 def tiny_config(cfg: ModelSection, tokenizer, max_length: int) -> XLMRobertaConfig:

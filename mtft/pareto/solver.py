@@ -1,4 +1,5 @@
-"""The exact Pareto min-norm solver: w* = argmin_{w ≥ 0, Σw = 1} wᵀGw from the T×T Gram G alone.
+"""The exact Pareto min-norm solver: w* = argmin_{w ≥ 0, Σw = 1} wᵀGw from the T×T Gram G alone, and its
+floored variant (every w_t ≥ β/T, the collapse guard; see :func:`floored_vertex_gram`).
 
 Why this is written by hand: LF-MLF solves this problem at *every* optimizer step, so it must be fast
 (sub-millisecond at T = 48), exact (the certificate is part of the product: Theorem 2 is checked on the
@@ -28,6 +29,8 @@ Algorithm:
    the corral -- a singular matrix is never inverted. It first runs on G + δI from PDAS's best feasible
    iterate (cheap when there is one), and, if that does not verify, on G from the shortest vertex.
 3. The returned w is clipped at 0 and renormalised, and the :class:`Certificate` is computed *from that w*.
+4. With a floor β > 0 (weights restricted to Δ_β = {Σw = 1, w_t ≥ β/T}) the same steps run on the Gram of the
+   points p_t = (1 − β)g_t + βḡ, whose min-norm point is the floored optimum (:func:`floored_vertex_gram`).
 
 Everything runs on G / max_t G_tt (scale-free tolerances); objective values are reported in G's own units.
 """
@@ -66,12 +69,24 @@ class SolverInputError(ValueError):
 class Certificate:
     """What the returned weights achieve, computed from them (not from the solver's internal state).
 
+    With ``floor`` = β the feasible set is the floored simplex Δ_β = {w : Σw = 1, w_t ≥ β/T} (β = 0: the
+    simplex of Mao et al. 2022, Problem 2).
+
     objective     wᵀGw = ||d||², d = Σ_t w_t g_t.
-    fw_gap        max(0, wᵀGw − min_t (Gw)_t): the Frank–Wolfe gap of ½||d||², an upper bound on
-                  ½(||d||² − ||d*||²) (so ||d||² − ||d*||² ≤ 2·fw_gap). 0 at the exact optimum.
-    kkt_residual  max over the support (w_t > 0) of |(Gw)_t − wᵀGw| / max(1, max_t G_tt).
-    theorem2      min_t dᵀg_t − ||d||² = min_t (Gw)_t − wᵀGw; Theorem 2 of LF-MLF says ≥ 0 at the optimum
-                  (every objective decreases along −d at least as fast as ||d||²), up to round-off.
+    fw_gap        the Frank–Wolfe gap of ½||d||² over Δ_β, max(0, wᵀGw − β·mean_t (Gw)_t − (1−β)·min_t (Gw)_t)
+                  (the minimiser of a linear function over Δ_β is the vertex β/T·1 + (1−β)e_j): an upper
+                  bound on ½(||d||² − ||d*_β||²). 0 at the exact optimum.
+    kkt_residual  max over the free weights (w_t > β/T) of (1 − β)|(Gw)_t − λ| / max(1, max_t G_tt), λ the
+                  multiplier of Σw = 1 (β = 0: λ = wᵀGw; β > 0: the mean of (Gw)_t over the free weights,
+                  weighted by w_t − β/T). The factor 1 − β makes it the residual of the problem the solver
+                  solves, in v = (w − β/T)/(1 − β) on the simplex, whose KKT condition is (1 − β)(Gw)_t + β·mean(Gw)
+                  constant on the support: as β → 1 the free weights' share, and what they can get wrong, vanish.
+    theorem2      min_t dᵀg_t − ||d||² = min_t (Gw)_t − wᵀGw. For β = 0, Theorem 2 of LF-MLF says ≥ 0 at the
+                  optimum (every objective decreases along −d at least as fast as ||d||²), up to round-off. For
+                  β > 0 there is no such guarantee: it is reported, and may be negative.
+    min_d_dot_g   min_t dᵀg_t = min_t (Gw)_t: negative when −d increases some objective to first order
+                  (possible only for β > 0).
+    floor         β.
     iterations    KKT solves (fast path) plus Wolfe minor cycles (fallback), or the backend's count.
     backend       "exact", "exact+wolfe" (the fallback ran), "closed-form" or "cvxpy".
     seconds       wall time of the solve.
@@ -81,6 +96,8 @@ class Certificate:
     fw_gap: float
     kkt_residual: float
     theorem2: float
+    min_d_dot_g: float
+    floor: float
     iterations: int
     backend: str
     seconds: float
@@ -90,6 +107,16 @@ class Certificate:
         out = asdict(self)
         out.pop("backend")
         return {k: float(v) for k, v in out.items()}
+
+
+def check_floor(floor: float) -> float:
+    """``floor`` as a float in [0, 1]; raises ValueError for anything else (NaN, inf, a bool, a string)."""
+    if isinstance(floor, bool) or not isinstance(floor, (int, float, np.integer, np.floating)):
+        raise ValueError(f"floor must be a number in [0, 1], got {floor!r}")
+    beta = float(floor)
+    if not 0.0 <= beta <= 1.0:  # NaN fails this too
+        raise ValueError(f"floor must be in [0, 1] (each weight is kept ≥ floor/T), got {beta}")
+    return beta
 
 
 def check_gram(gram: np.ndarray) -> np.ndarray:
@@ -117,14 +144,25 @@ def check_gram(gram: np.ndarray) -> np.ndarray:
     return g
 
 
-def certify(gram: np.ndarray, w: np.ndarray, iterations: int, backend: str, seconds: float) -> Certificate:
-    """The :class:`Certificate` of simplex weights ``w`` for the (symmetric) Gram ``gram``."""
+def certify(
+    gram: np.ndarray, w: np.ndarray, iterations: int, backend: str, seconds: float, floor: float = 0.0
+) -> Certificate:
+    """The :class:`Certificate` of weights ``w`` on the floored simplex Δ_floor for the (symmetric) ``gram``."""
     gw = gram @ w
     obj = float(w @ gw)
-    theorem2 = float(gw.min() - obj)
-    support = w > 0
-    kkt = float(np.abs(gw[support] - obj).max()) / max(1.0, float(np.diag(gram).max()))
-    return Certificate(max(obj, 0.0), max(-theorem2, 0.0), kkt, theorem2, int(iterations), backend, seconds)
+    low = float(gw.min())
+    theorem2 = low - obj
+    if floor == 0.0:
+        fw_gap = max(-theorem2, 0.0)
+        free, lam = w > 0, obj
+    else:
+        fw_gap = max(obj - floor * float(gw.mean()) - (1.0 - floor) * low, 0.0)
+        excess = w - floor / len(w)
+        free = excess > 0
+        lam = float(excess[free] @ gw[free]) / float(excess[free].sum()) if free.any() else low
+    kkt = float(np.abs(gw[free] - lam).max()) * (1.0 - floor) if free.any() else 0.0
+    kkt /= max(1.0, float(np.diag(gram).max()))
+    return Certificate(max(obj, 0.0), fw_gap, kkt, theorem2, low, floor, int(iterations), backend, seconds)
 
 
 def to_simplex(w: np.ndarray) -> np.ndarray:
@@ -135,29 +173,67 @@ def to_simplex(w: np.ndarray) -> np.ndarray:
 
 
 def solve_min_norm(
-    gram: np.ndarray, *, backend: str = "exact", warm_start: Optional[np.ndarray] = None
+    gram: np.ndarray, *, floor: float = 0.0, backend: str = "exact", warm_start: Optional[np.ndarray] = None
 ) -> tuple[np.ndarray, Certificate]:
-    """Pareto min-norm weights w* = argmin_{w ≥ 0, Σw = 1} wᵀGw and their :class:`Certificate`.
+    """Pareto min-norm weights w* = argmin_{w ∈ Δ_β} wᵀGw and their :class:`Certificate`.
 
-    ``gram`` is the T×T Gram of the objectives' gradients (symmetrised here). ``warm_start`` (weights of a
-    previous, similar problem) only seeds the active set; the result does not depend on it beyond ties.
-    ``backend="cvxpy"`` solves the same problem with Clarabel, as a reference. Raises
-    :class:`SolverInputError` for NaN/inf, non-square or empty input.
+    ``gram`` is the T×T Gram of the objectives' gradients (symmetrised here). ``floor`` = β ∈ [0, 1] restricts
+    the weights to the floored simplex Δ_β = {w : Σw = 1, w_t ≥ β/T}: β = 0 (default) is the simplex of LF-MLF,
+    β = 1 leaves only the uniform weights (see :func:`floored_vertex_gram` for how β > 0 is solved).
+    ``warm_start`` (weights of a previous, similar problem) only seeds the active set; the result does not
+    depend on it beyond ties. ``backend="cvxpy"`` solves the same problem with Clarabel, as a reference. Raises
+    :class:`SolverInputError` for NaN/inf, non-square or empty input, ValueError for a floor outside [0, 1].
     """
     start = time.perf_counter()
     g = check_gram(gram)
+    beta = check_floor(floor)
     if backend == "cvxpy":
         from mtft.pareto.cvxpy_backend import solve_cvxpy
 
-        w, iters = solve_cvxpy(g)
-        return w, certify(g, w, iters, "cvxpy", time.perf_counter() - start)
+        w, iters = solve_cvxpy(g, floor=beta)
+        return w, certify(g, w, iters, "cvxpy", time.perf_counter() - start, beta)
     if backend != "exact":
         raise ValueError(f"unknown backend {backend!r} (expected 'exact' or 'cvxpy')")
+    if beta == 0.0:
+        w, iters, name = _exact(g, warm_start)
+        return w, certify(g, w, iters, name, time.perf_counter() - start)
+    T = g.shape[0]
+    scale = float(np.diag(g).max())
+    if T == 1 or scale <= 0.0 or beta == 1.0:  # Δ_1 is the uniform weights; else every w is optimal
+        w = np.full(T, 1.0 / T)
+        return w, certify(g, w, 0, "closed-form", time.perf_counter() - start, beta)
+    warm = None if warm_start is None else np.asarray(warm_start, dtype=np.float64).ravel() - beta / T
+    v, iters, name = _exact(floored_vertex_gram(g / scale, beta), warm)
+    w = beta / T + (1.0 - beta) * v  # ≥ β/T exactly (v ≥ 0); Σw = 1 up to round-off
+    return w, certify(g, w, iters, name, time.perf_counter() - start, beta)
+
+
+def floored_vertex_gram(gram: np.ndarray, floor: float) -> np.ndarray:
+    """Gram of p_t = (1 − β) g_t + β ḡ (ḡ the mean gradient), the images of the vertices of Δ_β.
+
+    The floored problem min_{w ∈ Δ_β} wᵀGw, written w = (β/T)·1 + (1 − β)v with v on the simplex, is the simplex
+    QP with a linear term min_v (1−β)² vᵀGv + 2β(1−β) vᵀG1/T. On the simplex a linear term is a quadratic one
+    (cᵀv = vᵀc1ᵀv) and a constant is too (1 = vᵀ11ᵀv), so the objective equals vᵀPv with
+    P_ts = (1−β)² G_ts + β(1−β)(b_t + b_s) + β² ||ḡ||²,  b_t = g_tᵀḡ = (G1)_t/T,
+    which is the Gram of the p_t: d = Σ_t w_t g_t = Σ_t v_t p_t. The floored problem is therefore the min-norm
+    problem of the points p_t, and the exact solver applies unchanged (same certificate, no new algorithm);
+    P is PSD by construction. Its conditioning degrades like ((1−β)/β)² as β → 1 (the p_t crowd around ḡ),
+    which costs accuracy in v but not in d: errors in v enter w scaled by 1 − β.
+    """
+    T = gram.shape[0]
+    b = gram.sum(axis=1) / T
+    a = 1.0 - floor
+    p = (a * a) * gram + (a * floor) * (b[:, None] + b[None, :]) + floor * floor * max(float(b.mean()), 0.0)
+    np.fill_diagonal(p, np.maximum(np.diag(p), 0.0))  # ||p_t||² ≥ 0: only round-off can make it negative
+    return p
+
+
+def _exact(g: np.ndarray, warm_start: Optional[np.ndarray]) -> tuple[np.ndarray, int, str]:
+    """The exact solver on a validated symmetric Gram: (simplex weights, iterations, method name)."""
     T = g.shape[0]
     scale = float(np.diag(g).max())
     if T == 1 or scale <= 0.0:  # one objective, or every gradient is zero: any w is optimal
-        w = np.full(T, 1.0 / T)
-        return w, certify(g, w, 0, "closed-form", time.perf_counter() - start)
+        return np.full(T, 1.0 / T), 0, "closed-form"
     gn = g / scale
     if T == 2:
         w, iters, name = _two(gn), 0, "closed-form"
@@ -165,8 +241,7 @@ def solve_min_norm(
         with _single_thread_blas() if T > _BLAS_LIMIT_T else contextlib.nullcontext():
             w, iters, name = _solve_scaled(gn, warm_start)
         w = _drop_round_off_weights(gn, to_simplex(w))
-    w = to_simplex(w)
-    return w, certify(g, w, iters, name, time.perf_counter() - start)
+    return to_simplex(w), iters, name
 
 
 def _single_thread_blas() -> ContextManager[Any]:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from mtft.core.atomic import write_text
 from mtft.core.errors import ConfigError
@@ -23,9 +24,38 @@ def setup_console_logging(is_main: bool) -> None:
     logger.propagate = False
 
 
+class _Held(logging.Handler):
+    """Log records kept in memory until :func:`add_file_log` writes them (see :func:`held_log_lines`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@contextlib.contextmanager
+def held_log_lines() -> Iterator[None]:
+    """Keep the log's lines in memory for the ``with`` block: :func:`add_file_log` writes them to ``train.log``
+    first, with their own times, and a run refused before it attaches the file (a resume whose checkpoints all fail
+    to load) leaves ``train.log`` untouched; whatever was never written is dropped at the end of the block."""
+    held = _Held()
+    logger.addHandler(held)
+    try:
+        yield
+    finally:
+        logger.removeHandler(held)
+
+
 def add_file_log(run_dir: Path) -> None:
+    """Log to ``run_dir/train.log`` (appending) from now on, after the lines held so far."""
     handler = logging.FileHandler(run_dir / "train.log", encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    for held in [h for h in logger.handlers if isinstance(h, _Held)]:
+        logger.removeHandler(held)
+        for record in held.records:
+            handler.handle(record)
     logger.addHandler(handler)
 
 

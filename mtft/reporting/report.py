@@ -84,14 +84,17 @@ def _weighting_section(events: list[dict[str, Any]]) -> list[str]:
         return []
     names = [k.removeprefix("weight/") for k in steps[0] if k.startswith("weight/")]
     picks = sorted({0, len(steps) // 4, len(steps) // 2, 3 * len(steps) // 4, len(steps) - 1})
+    floor = max(float(e.get("floor", 0.0)) for e in steps)
+    floored = floor > 0 and any("min_d_dot_g" in e for e in steps)
+    extra = " min_t dᵀg_t |" if floored else ""
     lines = [
         "## Loss weighting",
         "",
         "Weights w* per objective, ||d||² = w*ᵀGw*, and the stationarity gauge ||d||² / mean_t ||g_t||² "
         "(0 at a Pareto-stationary point, Theorem 3); `fw_gap` certifies the solver's optimality.",
         "",
-        "| step | " + " | ".join(names) + " | ‖d‖² | stationarity | fw_gap | solver ms |",
-        "|---:|" + "---:|" * (len(names) + 4),
+        "| step | " + " | ".join(names) + " | ‖d‖² | stationarity | fw_gap |" + extra + " solver ms |",
+        "|---:|" + "---:|" * (len(names) + 4 + floored),
     ]
     for i in picks:
         e = steps[i]
@@ -100,9 +103,13 @@ def _weighting_section(events: list[dict[str, Any]]) -> list[str]:
         lines.append(
             f"| {e['step']} | " + " | ".join(cells) + f" | {_sci(e.get('d_norm_sq'))} | "
             f"{_sci(e.get('stationarity'))} | {_sci(e.get('fw_gap'))} | "
-            f"{_fmt(None if solver_ms is None else solver_ms * 1e3)} |"
+            + (f"{_sci(e.get('min_d_dot_g'))} | " if floored else "")
+            + f"{_fmt(None if solver_ms is None else solver_ms * 1e3)} |"
         )
-    lines += _dominance_note(steps, names)
+    if floored:
+        lines += _floor_note(steps, floor)
+    lines += _metric_note(steps) + _descent_note(steps, names)
+    lines += _dominance_note(steps, names, floor)
     skipped = [e for e in events if e["kind"] == "skipped"]
     if skipped:
         lines += [
@@ -115,16 +122,75 @@ def _weighting_section(events: list[dict[str, Any]]) -> list[str]:
     return lines + [""]
 
 
+def _floor_note(steps: list[dict[str, Any]], floor: float) -> list[str]:
+    """What the collapse guard changes: every objective keeps weight, and Theorem 2's guarantee is gone.
+
+    On the floored simplex (w_t ≥ β/T) the direction is no longer the min-norm element of the gradients' hull,
+    so the common-descent guarantee of Mao et al. (2022, Theorem 2), dᵀg_t ≥ ||d||² for every t, does not hold:
+    the report must not let a reader assume it, and says how often −d increased some objective's loss.
+    """
+    values = [float(e["min_d_dot_g"]) for e in steps if "min_d_dot_g" in e]
+    negative = [v for v in values if v < 0]
+    lines = [
+        "",
+        f"Collapse guard: weights on the floored simplex, every objective kept ≥ β/T of the weight (β = {floor:g}). "
+        "Unlike β = 0 (LF-MLF itself), this direction is not guaranteed to decrease every objective (Theorem 2 "
+        "holds only for β = 0): ",
+    ]
+    if negative:
+        lines[-1] += (
+            f"min_t dᵀg_t was negative -- some objective's loss rose to first order -- at {len(negative)} of "
+            f"{len(values)} logged steps (lowest {min(negative):.2e})."
+        )
+    else:
+        lines[-1] += f"here min_t dᵀg_t stayed ≥ 0 at all {len(values)} logged steps."
+    return lines
+
+
+def _metric_note(steps: list[dict[str, Any]]) -> list[str]:
+    """Say in which inner product the Gram, ||d||² and the certificate are (``weighting.metric=optimizer``)."""
+    flags = [e["metric_preconditioned"] for e in steps if "metric_preconditioned" in e]
+    if not flags:
+        return []
+    return [
+        "",
+        "The Gram was formed in the optimizer's metric, G_ts = g_tᵀ diag(1/(√v̂+ε)) g_s with AdamW's second moments "
+        f"(at {int(sum(flags))} of {len(flags)} steps; Euclidean where the optimizer had no state yet, or applies "
+        "no preconditioner): ‖d‖², the stationarity gauge and the certificate are in that metric.",
+    ]
+
+
+def _descent_note(steps: list[dict[str, Any]], names: list[str]) -> list[str]:
+    """How often the update actually applied decreased every objective to first order (``descent_check``)."""
+    checked = [e for e in steps if "common_descent" in e]
+    if not checked:
+        return []
+    common = sum(e["common_descent"] for e in checked)
+    per_objective = []
+    for n in names:
+        values = [e[f"first_order/{n}"] for e in checked if e.get(f"first_order/{n}") == e.get(f"first_order/{n}")]
+        if values:  # NaN (absent from a step) left out
+            per_objective.append(f"{n} {sum(v < 0 for v in values) / len(values):.2f}")
+    return [
+        "",
+        "First-order check of the update the optimizer applied (Δθ = θ_(k+1) − θ_k: momentum, the preconditioner, "
+        f"clipping and weight decay included): every objective's loss decreased to first order (g_tᵀΔθ < 0 for "
+        f"every t) at {int(common)} of {len(checked)} steps ({common / len(checked):.2f}). Fraction of steps that "
+        "decreased each objective: " + ", ".join(per_objective) + ".",
+    ]
+
+
 DOMINANT_WEIGHT = 0.98
 
 
-def _dominance_note(steps: list[dict[str, Any]], names: list[str]) -> list[str]:
+def _dominance_note(steps: list[dict[str, Any]], names: list[str], floor: float = 0.0) -> list[str]:
     """Say so when one objective took (almost) all the weight through the end of the run.
 
     Once an objective is fitted, its gradient is near zero and the min-norm element of the gradients' hull is
     about that gradient: d stays a common descent direction (Theorem 2), but one along which the other objectives
     barely move. The run is then Pareto-stationary in the sense of Theorem 3 -- which is not every objective
-    being learnt -- and a reader of the report should not have to find that out from the weight table.
+    being learnt -- and a reader of the report should not have to find that out from the weight table. With a
+    floor β > 0 (a small one can still leave 0.98 to one objective) the note says only what happened.
     """
     if len(names) < 2 or len(steps) < 4:
         return []
@@ -139,13 +205,15 @@ def _dominance_note(steps: list[dict[str, Any]], names: list[str]) -> list[str]:
     if since is None or steps[since]["step"] > last - (last - first) / 4:
         return []  # no dominant objective, or only over the last quarter of the run
     mean = sum(weights[since:]) / (len(steps) - since)
+    took = f"From step {steps[since]['step']} to the end, **{leader}** took {mean:.3f} of the weight on average"
+    if floor > 0:
+        return ["", f"{took}, with the floor β = {floor:g} holding each other objective at ≥ β/T of the weight."]
     return [
         "",
-        f"From step {steps[since]['step']} to the end, **{leader}** took {mean:.3f} of the weight on "
-        "average: once an objective is fitted its gradient is near zero, the min-norm direction is about "
+        f"{took}: once an objective is fitted its gradient is near zero, the min-norm direction is about "
         "that gradient alone, and the other objectives barely move -- Pareto stationarity (Theorem 3), not "
-        "every objective learnt. `weighting.stationarity_eps` stops a run there; `weighting.method=mean` or "
-        "`mgda_normalized` compare.",
+        "every objective learnt. `weighting.stationarity_eps` stops a run there; `weighting.options.floor` "
+        "(e.g. 0.1: every weight ≥ 0.1/T) guards against it; `weighting.method=mean` or `mgda_normalized` compare.",
     ]
 
 

@@ -33,8 +33,9 @@ def run_record(
     metrics: Optional[dict[str, float]] = None,
     error: Optional[str] = None,
     run_dir: Optional[str] = None,
+    code: Optional[list[str]] = None,
 ) -> dict[str, Any]:
-    """One run's record, the form :func:`aggregate` reads."""
+    """One run's record, the form :func:`aggregate` reads; ``code``: the source fingerprints it ran under."""
     return {
         "cell": cell,
         "axes": dict(axes),
@@ -43,6 +44,7 @@ def run_record(
         "error": error,
         "metrics": dict(metrics or {}),
         "run_dir": run_dir or f"runs/{cell}/seed-{seed}",
+        "code": list(code or []),
     }
 
 
@@ -103,6 +105,8 @@ class StudyResults:
     differences: list[PairedDifference]
     unmatched: list[str] = field(default_factory=list)  # metric patterns no complete run has
     no_partner: list[str] = field(default_factory=list)  # cells whose baseline partner is not in the study
+    # source fingerprint -> complete runs that ran (in part) under it; "unrecorded" for runs from before it was kept
+    code_versions: dict[str, int] = field(default_factory=dict)
     test: str = TEST
     confidence: float = CONFIDENCE
 
@@ -141,7 +145,11 @@ def aggregate(
     names, unmatched = expand_metrics(metrics, {key for r in complete for key in r["metrics"]})
     results = [_cell_result(name, by_cell[name], names) for name in cells]
     differences, no_partner = _differences(results, by_cell, names, baseline)
-    return StudyResults(list(axes), names, baseline, results, differences, unmatched, no_partner)
+    versions: dict[str, int] = {}
+    for record in complete:
+        for source in record.get("code") or ["unrecorded"]:
+            versions[source] = versions.get(source, 0) + 1
+    return StudyResults(list(axes), names, baseline, results, differences, unmatched, no_partner, versions)
 
 
 def expand_metrics(patterns: list[str], available: set[str]) -> tuple[list[str], list[str]]:

@@ -27,7 +27,8 @@ def record_of(root: Path, run: PlannedRun) -> dict[str, Any]:
         metrics = run_metrics(run.run_dir)
         if "wall_s" in status:
             metrics["wall_s"] = float(status["wall_s"])
-        return run_record(cell, axes, seed, "complete", metrics, run_dir=where)
+        code = [version.get("source") for version in status.get("code", []) if version.get("source")]
+        return run_record(cell, axes, seed, "complete", metrics, run_dir=where, code=code)
     if status.get("status") == "failed":
         return run_record(cell, axes, seed, "failed", error=status.get("error") or "failed", run_dir=where)
     started = "interrupted; resumes from its checkpoint" if is_started(run.run_dir) else None
@@ -38,8 +39,21 @@ def run_metrics(run_dir: Path) -> dict[str, float]:
     """Every number of ``metrics.json`` (but the step) and the run's forgetting summaries when it logged any."""
     final = json.loads((Path(run_dir) / "metrics.json").read_text(encoding="utf-8"))
     metrics = {k: float(v) for k, v in final.items() if k != "step" and _is_number(v)}
+    metrics.update(worst_languages(metrics))
     metrics.update(forgetting_summaries(Path(run_dir) / "metrics.jsonl"))
+    metrics.update(descent_summary(Path(run_dir) / "metrics.jsonl"))
     return metrics
+
+
+def worst_languages(metrics: dict[str, float]) -> dict[str, float]:
+    """``<task>/worst_<metric>``: the lowest per-language value of each task metric (the language a method
+    left behind; macro averages hide it)."""
+    by_task: dict[tuple[str, str], list[float]] = {}
+    for key, value in metrics.items():
+        parts = key.split("/")
+        if len(parts) == 3:
+            by_task.setdefault((parts[0], parts[2]), []).append(value)
+    return {f"{task}/worst_{metric}": min(values) for (task, metric), values in by_task.items()}
 
 
 def forgetting_summaries(path: Path) -> dict[str, float]:
@@ -72,6 +86,31 @@ def forgetting_summaries(path: Path) -> dict[str, float]:
         tail = f"/{suffix}" if suffix else ""
         out[f"F_p_final{tail}"], out[f"F_p_max{tail}"] = values[-1], max(values)
     return out
+
+
+def descent_summary(path: Path) -> dict[str, float]:
+    """``common_descent``: the fraction of the run's steps at which the update the optimizer applied decreased
+    every objective's loss to first order (``weighting.descent_check``); nothing when the run did not check."""
+    flags = [
+        float(row["common_descent"])
+        for row in _rows(path)
+        if row.get("kind") == "weighting" and "common_descent" in row
+    ]
+    return {"common_descent": sum(flags) / len(flags)} if flags else {}
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    rows = []
+    for line in lines:
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue  # a torn last line of a killed run
+    return rows
 
 
 def _is_number(value: Any) -> bool:

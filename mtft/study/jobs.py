@@ -24,10 +24,12 @@ from pathlib import Path
 from typing import Any, Optional
 
 from mtft.core.runlock import lock_path, waiting_lock
+from mtft.core.version import code_version
 from mtft.study.state import is_finished, is_started, record_attempt
 
 # variables of an enclosing launch that must not leak into a run's own distributed set-up
 _LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK")
+_MTFT_ROOT = str(Path(__file__).resolve().parents[2])  # the folder that holds the mtft package
 INTERRUPTED = (130, 143, -signal.SIGINT, -signal.SIGTERM)
 
 
@@ -51,6 +53,8 @@ class RunJob:
 
     def environment(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in _LAUNCH_VARIABLES}
+        # the run imports the very mtft the study imported (a checkout run as `python path/to/run.py` included)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [_MTFT_ROOT, env.get("PYTHONPATH")]))
         env.update(self.env)
         if self.threads:
             env.update(OMP_NUM_THREADS=str(self.threads), MKL_NUM_THREADS=str(self.threads))
@@ -66,6 +70,7 @@ class RunJob:
         _wait_until_free(Path(self.run_dir))
         log = Path(self.log_path) if main else Path(self.log_path).with_suffix(f".rank{rank}.log")
         log.parent.mkdir(parents=True, exist_ok=True)
+        code = code_version()  # what the run will import: the source as it is at launch
         start = time.perf_counter()
         with open(log, "a", encoding="utf-8") as out:
             out.write(f"$ {' '.join(self.command())}\n")
@@ -90,7 +95,7 @@ class RunJob:
         else:
             status, error = "failed", error_line(log)
         if main:
-            record_attempt(Path(self.status_path), status, returncode, seconds, error)
+            record_attempt(Path(self.status_path), status, returncode, seconds, error, code)
         return {"key": self.key, "status": status, "returncode": returncode, "error": error}
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import itertools
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,10 @@ from typing import Any
 import yaml
 
 from mtft.config.load import config_to_yaml, read_yaml_mapping, set_dotted, validate_config
-from mtft.core.errors import ConfigError
+from mtft.config.schema import RunConfig
+from mtft.core.errors import ConfigError, UserError
+from mtft.data.selection import check_tasks
+from mtft.models.backbone import check_backbone
 from mtft.study.spec import StudySpec
 
 
@@ -44,17 +48,24 @@ class PlannedRun:
 
 
 def expand_cells(spec: StudySpec) -> list[Cell]:
-    """The variants (in file order) times the grid's cartesian product (in key order, first key slowest)."""
-    variants = spec.variants or [None]
+    """Variants × factors × the grid's cartesian product, in file order (the first axis varies slowest), less the
+    cells an ``exclude`` entry names."""
     keys = list(spec.grid)
     short = _short_names(keys)
+    named: list[tuple[str, list[tuple[str, dict[str, Any]]]]] = []  # axis -> [(level, overrides)]
+    if spec.variants:
+        named.append(("variant", [(v.name, v.overrides) for v in spec.variants]))
+    named += [(axis, list(levels.items())) for axis, levels in spec.factors.items()]
     cells, seen = [], set()
-    for variant in variants:
+    for levels in itertools.product(*(choices for _, choices in named)):
         for values in itertools.product(*(spec.grid[k] for k in keys)):
-            axes: dict[str, Any] = {"variant": variant.name} if variant else {}
+            axes: dict[str, Any] = {axis: level for (axis, _), (level, _) in zip(named, levels)}
             axes.update(zip(keys, values))
-            overrides = {**(variant.overrides if variant else {}), **dict(zip(keys, values))}
-            parts = ([variant.name] if variant else []) + [f"{short[k]}-{_slug(v)}" for k, v in zip(keys, values)]
+            if spec.excludes(axes):
+                continue
+            overrides = {key: value for _, level in levels for key, value in level.items()}
+            overrides.update(zip(keys, values))
+            parts = [level for level, _ in levels] + [f"{short[k]}-{_slug(v)}" for k, v in zip(keys, values)]
             name = "_".join(parts) or "base"
             if name in seen:  # two values with the same slug (e.g. 1e-3 and 0.001): keep them apart
                 name += "-" + hashlib.sha256(repr(values).encode()).hexdigest()[:6]
@@ -67,7 +78,8 @@ def plan_runs(spec: StudySpec, base: Path, study_file: Path) -> list[PlannedRun]
     """Every (cell, seed) run with its resolved, validated config; the first invalid cell raises one line."""
     raw_base = read_yaml_mapping(base)
     root = spec.directory
-    runs = []
+    runs: list[PlannedRun] = []
+    checked: set[str] = set()
     for cell in expand_cells(spec):
         for seed in spec.seed_list:
             run_dir = root / "runs" / cell.name / f"seed-{seed}"
@@ -87,18 +99,53 @@ def plan_runs(spec: StudySpec, base: Path, study_file: Path) -> list[PlannedRun]
                     f"{study_file} [cell {cell.name}]: run.resume / run.overwrite are decided by the study "
                     "(finished runs are kept, interrupted ones resumed); leave them out of the study's configs"
                 )
+            _check_once(config, f"{study_file} [cell {cell.name}]", checked)
             path = root / "configs" / cell.name / f"seed-{seed}.yaml"
             runs.append(PlannedRun(cell, seed, run_dir, path, config_to_yaml(config)))
     return runs
 
 
-def config_difference(old_yaml: str, new_yaml: str) -> str:
-    """The first dotted key at which two resolved configs differ (for the refusal of a changed cell)."""
+def _check_once(config: RunConfig, where: str, checked: set[str]) -> None:
+    """What ``run.py`` checks before it starts (tasks, languages, metric, local data files, the backbone's location),
+    once per distinct task/model set-up: a study of learning rates checks its data once, not once per cell."""
+    key = json.dumps([config.data.model_dump(mode="json"), config.evaluation.metric_for_best, config.model.backbone])
+    if key in checked:
+        return
+    try:
+        check_tasks(config)
+        check_backbone(config.model)
+    except UserError as error:
+        raise ConfigError(f"{where}: {error}") from None
+    checked.add(key)
+
+
+def config_difference(old_yaml: str, new_yaml: str) -> str | None:
+    """The first dotted key at which two resolved configs differ, or None when they are the same run. A key the old
+    config lacks counts only if its new value differs from the key's default: a newer mtft adding an option with
+    its default does not change a run already made."""
     old, new = _flatten(yaml.safe_load(old_yaml) or {}), _flatten(yaml.safe_load(new_yaml) or {})
     for key in sorted(set(old) | set(new)):
+        if key not in old and _is_default(key, new[key]):
+            continue
         if old.get(key, "<absent>") != new.get(key, "<absent>"):
             return f"{key}: {old.get(key, '<absent>')!r} then, {new.get(key, '<absent>')!r} now"
-    return "nothing"
+    return None
+
+
+def _is_default(key: str, value: Any) -> bool:
+    """Whether ``value`` is the schema's default for the dotted run-config ``key``."""
+    model: Any = RunConfig
+    *sections, name = key.split(".")
+    for section in sections:
+        field = getattr(model, "model_fields", {}).get(section)
+        if field is None or not isinstance(field.annotation, type):
+            return False
+        model = field.annotation
+    field = getattr(model, "model_fields", {}).get(name)
+    if field is None:
+        return False
+    default = field.get_default(call_default_factory=True)
+    return yaml.safe_load(yaml.safe_dump(default)) == value if not hasattr(default, "model_dump") else False
 
 
 def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
@@ -120,7 +167,13 @@ def _short_names(keys: list[str]) -> dict[str, str]:
 
 
 def _slug(value: Any) -> str:
-    text = value if isinstance(value, str) else yaml.safe_dump(value, default_flow_style=True).strip()
-    text = text.removesuffix("\n...").strip()
-    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).rstrip("-.") or "x"  # a leading minus stays: lr--1.0
-    return slug[:40]
+    """A value as a folder-name part: 0.001, -1.0 (a minus stays), en.de for [en, de], key-value for a mapping."""
+    if isinstance(value, (list, tuple)):
+        return ".".join(_slug(v) for v in value) or "none"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        text = repr(value)
+    else:
+        text = value if isinstance(value, str) else yaml.safe_dump(value, default_flow_style=True)
+        text = text.removesuffix("\n").removesuffix("...").strip()
+        text = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-.")
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text)[:40].rstrip("-.") or "x"

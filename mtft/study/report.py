@@ -75,12 +75,29 @@ def study_markdown(
     for c in cells:
         axes = "".join(f"{_md(c.axes.get(a, '–'))} | " for a in results.axes)
         lines.append(f"| {_md(c.name)} | {axes}{c.complete} | {len(c.failed)} | {len(c.pending)} |")
-    lines += ["", *_results_section(results), *_differences_section(results)]
+    lines += ["", *_code_section(results), *_results_section(results), *_differences_section(results)]
     if failed:
         lines += ["## Failed runs", ""]
         lines += [f"- `{f.run_dir}`: {shorten(f.error)}" for c in cells for f in c.failed] + [""]
     lines += _plots_section(figures, left_out)
     return "\n".join(lines)
+
+
+def _code_section(results: StudyResults) -> list[str]:
+    """Say so when the complete runs were not all produced by the same mtft source (a study resumed across an
+    edit or a commit): their numbers may not be comparable, and nothing else in the tables would show it."""
+    versions = results.code_versions
+    if not versions or list(versions) == ["unrecorded"]:
+        return []  # nothing recorded (runs older than the record): nothing to say
+    if len(versions) == 1:
+        return [f"Code: every run by mtft source {next(iter(versions))}.", ""]
+    listed = ", ".join(f"{source}: {count} runs" for source, count in versions.items())
+    return [
+        f"**Code: the complete runs come from {len(versions)} versions of the mtft source** ({listed}; a run "
+        "resumed across versions counts under each). Compare them only if the changes in between do not touch "
+        "training; a fresh output_dir reruns everything under one version.",
+        "",
+    ]
 
 
 def _results_section(results: StudyResults) -> list[str]:

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from mtft.config.load import parse_override, read_yaml_mapping, set_dotted
 from mtft.core.errors import ConfigError, echo, shorten
-from mtft.core.paths import name_problem
+from mtft.core.paths import name_problem, name_value
 
 
 class _Section(BaseModel):
@@ -30,10 +30,7 @@ class Variant(_Section):
     @field_validator("name")
     @classmethod
     def _a_file_name(cls, value: str) -> str:
-        problem = name_problem(value)
-        if problem:
-            raise ValueError(f"variant name {problem}")
-        return value
+        return name_value(value, "variant name")
 
 
 class SlurmSection(_Section):
@@ -84,6 +81,17 @@ class StudySpec(_Section):
     variants: list[Variant] = Field(
         default_factory=list, description="Named sets of overrides, for comparisons that are not a product."
     )
+    factors: dict[str, dict[str, dict[str, Any]]] = Field(
+        default_factory=dict,
+        description="Named axes whose levels are named sets of overrides: axis -> {level: {key: value}}, e.g. "
+        "setup: {full-adamw: {model.adapter.method: full, training.optimizer.lr: 1e-3}, ...}; crossed with the "
+        "variants and the grid.",
+    )
+    exclude: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Cells left out of the product: each entry is axis -> value (a partial cell, e.g. {variant: "
+        "lfmlf-adam-metric, setup: full-sgd}); a cell matching every pair of any entry is not run.",
+    )
     seeds: Optional[list[int]] = Field(None, description="Fine-tuning seeds (run.seed) of every cell.")
     num_seeds: Optional[int] = Field(None, ge=1, description="Seeds 0..num_seeds-1 (instead of seeds).")
     metrics: list[str] = Field(
@@ -104,10 +112,7 @@ class StudySpec(_Section):
     @field_validator("name")
     @classmethod
     def _a_file_name(cls, value: str) -> str:
-        problem = name_problem(value)
-        if problem:
-            raise ValueError(f"study name {problem}")
-        return value
+        return name_value(value, "study name")
 
     @field_validator("grid")
     @classmethod
@@ -119,6 +124,18 @@ class StudySpec(_Section):
                 raise ValueError(f"axis '{key}' lists no values")
             if len({repr(v) for v in values}) != len(values):
                 raise ValueError(f"axis '{key}' lists a value twice: {echo(values)}")
+        return value
+
+    @field_validator("factors")
+    @classmethod
+    def _named_levels(cls, value: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, dict[str, Any]]]:
+        for axis, levels in value.items():
+            if axis == "variant" or "." in axis or name_problem(axis):
+                raise ValueError(f"factor name {axis!r} must be a plain name (no dots), not 'variant'")
+            if not levels:
+                raise ValueError(f"factor '{axis}' has no levels")
+            for level in levels:
+                name_value(level, f"factor '{axis}': level name")
         return value
 
     @field_validator("seeds")
@@ -135,20 +152,37 @@ class StudySpec(_Section):
         names = [v.name for v in self.variants]
         if len(set(names)) != len(names):
             raise ValueError(f"variants: a name is used twice: {names}")
-        for key in self.baseline or {}:
-            if key != "variant" and key not in self.grid:
-                raise ValueError(f"baseline: '{key}' is not a grid axis (axes: {', '.join(self.axes)})")
         if self.baseline:
-            for key, value in self.baseline.items():
-                choices = names if key == "variant" else self.grid[key]
-                if value not in choices:
-                    raise ValueError(f"baseline: {key}={echo(value)} is not one of {echo(choices)}")
+            self._check_coordinates(self.baseline, "baseline")
+        for index, entry in enumerate(self.exclude):
+            if not entry:
+                raise ValueError(f"exclude[{index}] is empty: it would leave out every cell")
+            self._check_coordinates(entry, f"exclude[{index}]")
         return self
+
+    def _check_coordinates(self, coordinates: dict[str, Any], where: str) -> None:
+        """Every key an axis of the study, every value one of that axis's values (variant or level names)."""
+        for key, value in coordinates.items():
+            if key not in self.axes:
+                raise ValueError(f"{where}: '{key}' is not an axis of the study (axes: {', '.join(self.axes)})")
+            choices = (
+                [v.name for v in self.variants]
+                if key == "variant"
+                else list(self.factors[key])
+                if key in self.factors
+                else self.grid[key]
+            )
+            if value not in choices:
+                raise ValueError(f"{where}: {key}={echo(value)} is not one of {echo(choices)}")
+
+    def excludes(self, axes: dict[str, Any]) -> bool:
+        """Whether the cell with these axis values is left out by an ``exclude`` entry."""
+        return any(all(axes.get(key) == value for key, value in entry.items()) for entry in self.exclude)
 
     @property
     def axes(self) -> list[str]:
-        """The study's axes in order: ``variant`` (when there are variants), then the grid keys."""
-        return (["variant"] if self.variants else []) + list(self.grid)
+        """The study's axes in order: ``variant`` (when there are variants), the factors, then the grid keys."""
+        return (["variant"] if self.variants else []) + list(self.factors) + list(self.grid)
 
     @property
     def seed_list(self) -> list[int]:

@@ -51,10 +51,10 @@ def check_run_configs(runs: list[PlannedRun]) -> None:
     """A run already planned with another config is refused (the study changed under its results)."""
     for run in runs:
         if run.config_path.is_file():
-            old = run.config_path.read_text(encoding="utf-8")
-            if old != run.config_yaml:
+            difference = config_difference(run.config_path.read_text(encoding="utf-8"), run.config_yaml)
+            if difference:
                 raise ConfigError(
-                    f"{run.key} was run with a different config ({config_difference(old, run.config_yaml)}); "
+                    f"{run.key} was run with a different config ({difference}); "
                     "restore the study file, or give the changed study another output_dir"
                 )
 
@@ -90,9 +90,21 @@ def read_status(path: Path) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def record_attempt(path: Path, status: str, returncode: Optional[int], seconds: float, error: Optional[str]) -> None:
-    """Write the outcome of one attempt; wall time adds up over the attempts of a resumed run."""
+def record_attempt(
+    path: Path,
+    status: str,
+    returncode: Optional[int],
+    seconds: float,
+    error: Optional[str],
+    code: Optional[dict[str, Optional[str]]] = None,
+) -> None:
+    """Write the outcome of one attempt; wall time adds up over the attempts of a resumed run. ``code`` is the
+    version of mtft that ran it (:func:`mtft.core.version.code_version`); a run resumed under other code keeps
+    every version it ran under, so the report can say it is mixed."""
     previous = read_status(path)
+    versions = list(previous.get("code", []))
+    if code and code not in versions:
+        versions.append(code)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json(
         path,
@@ -102,5 +114,6 @@ def record_attempt(path: Path, status: str, returncode: Optional[int], seconds: 
             "error": error,
             "attempts": int(previous.get("attempts", 0)) + 1,
             "wall_s": float(previous.get("wall_s", 0.0)) + seconds,
+            "code": versions,
         },
     )

@@ -26,11 +26,12 @@ from typing import Any, Callable, Optional
 import torch
 from safetensors.torch import load_file, save_file
 
-from mtft.core.atomic import MARKER, AtomicFolder, is_complete, marker, raise_if_disk_full, write_json
+from mtft.core.atomic import MARKER, STAMP, AtomicFolder, is_complete, marker, raise_if_disk_full, write_json
 from mtft.core.distributed import barrier
 from mtft.core.errors import CheckpointError
 
 ENGINE_TAG = "engine"
+_UNLISTED = {MARKER, STAMP}  # the marker holds the manifest; the stamp is removed at commit
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
@@ -81,7 +82,7 @@ def save_checkpoint(
     partial = folder.partial
     try:
         if rank == 0:
-            folder.begin()
+            folder.begin(kind="checkpoint", step=step)
         barrier()
         engine.save_checkpoint(str(partial), tag=ENGINE_TAG, save_latest=False)
         state = full_state_dict(engine)
@@ -125,7 +126,9 @@ def file_manifest(folder: Path) -> dict[str, dict[str, Any]]:
     resume; in exchange a file changed after the save -- not only one cut short -- is caught before it is loaded.
     """
     manifest = {}
-    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != MARKER):
+    for path in sorted(
+        p for p in folder.rglob("*") if p.is_file() and p.relative_to(folder).as_posix() not in _UNLISTED
+    ):
         manifest[path.relative_to(folder).as_posix()] = {"size": path.stat().st_size, "sha256": _sha256(path)}
     return manifest
 

@@ -22,12 +22,17 @@ def deepspeed_config(config: RunConfig, world_size: int) -> dict[str, Any]:
     training = config.training
     ds = read_deepspeed_json(training.deepspeed_config)
     micro, accumulation = training.micro_batch_size, training.gradient_accumulation_steps
-    if weighting_class(config.weighting.method).needs_gram:
+    if config.weighting.per_objective_gradients():
         stage = ds.get("zero_optimization", {}).get("stage", 0)
         if stage == 3:
+            what = (
+                f"weighting.method={config.weighting.method}"
+                if weighting_class(config.weighting.method).needs_gram
+                else "weighting.descent_check=true"
+            )
             raise ConfigError(
-                f"weighting.method={config.weighting.method} needs every parameter in full on each rank to form "
-                f"per-objective gradients; use ZeRO stage 0, 1 or 2 (not 3, from {training.deepspeed_config})"
+                f"{what} needs every parameter in full on each rank to form per-objective gradients; use ZeRO "
+                f"stage 0, 1 or 2 (not 3, from {training.deepspeed_config})"
             )
         # The Gram step accumulates the micro-batches itself and hands DeepSpeed one combined gradient.
         micro, accumulation = micro * accumulation, 1

@@ -11,6 +11,15 @@
    reduction and clipping run as usual; then ``engine.step()``.
 
 A Gram that holds NaN or inf is refused by the solver: the step is skipped on every rank alike, and logged.
+
+Two options (``weighting.metric``, ``weighting.descent_check``):
+
+- ``metric``: an :class:`~mtft.training.metric.OptimizerMetric` forms the Gram in the optimizer's metric,
+  G_ts = g_tᵀ P g_s with P = diag(1/(√v̂+ε)) AdamW's preconditioner (the Euclidean Gram before the first step
+  and with SGD). The combined gradient Σ_t w_t g_t is unchanged: AdamW applies P to it itself.
+- ``descent_check``: after ``engine.step()``, the first-order change of every objective's loss under the update
+  actually applied, g_tᵀΔθ with Δθ = θ_{k+1} − θ_k over every trainable parameter (T dot products), and whether
+  all of them are negative. The same step then also serves weightings that read no Gram (none is formed).
 """
 
 from __future__ import annotations
@@ -22,8 +31,10 @@ import numpy as np
 import torch
 
 from mtft.core.distributed import all_reduce_sum
+from mtft.core.errors import Diverged
 from mtft.gradients import PerObjectiveGradients
 from mtft.pareto import SolverInputError
+from mtft.training.metric import OptimizerMetric
 from mtft.training.step import StepResult
 from mtft.weighting import Weighting
 
@@ -35,10 +46,14 @@ class GramWeightedStep:
         weighting: Weighting,
         num_objectives: int,
         world_size: int,
-        shared: list[torch.nn.Parameter],
+        shared: Optional[list[torch.nn.Parameter]],
         cosine_every: int = 0,
         shared_rows: Optional[dict[torch.nn.Parameter, torch.Tensor]] = None,
+        metric: Optional[OptimizerMetric] = None,
+        descent_check: bool = False,
     ):
+        """``shared``: the parameters of the Gram (None for a weighting that reads none); ``metric``: form the
+        Gram in the optimizer's metric; ``descent_check``: measure g_tᵀΔθ of the applied update."""
         self.engine = engine
         self.weighting = weighting
         self.num_objectives = num_objectives
@@ -48,6 +63,8 @@ class GramWeightedStep:
         self.shared = shared
         self.shared_rows = shared_rows
         self.cosine_every = cosine_every
+        self.metric = metric
+        self.descent_check = descent_check
         self.steps = 0
 
     def __call__(self, micro_batches) -> StepResult:
@@ -77,11 +94,17 @@ class GramWeightedStep:
         # Gram (D G D) and the combination weights instead of a pass over the T × P buffers.
         scale = torch.where(present, 1.0 / counts.clamp(min=1), 0.0)
         losses = torch.where(present, sums / counts.clamp(min=1), torch.nan)
-        gram = self.collector.gram(self.shared, self.shared_rows) * scale[:, None] * scale[None, :]
-        sub = gram[present][:, present].numpy()
+        extras: dict[str, float] = {"backward_s": backward_seconds}
+        gram, sub = None, None
+        if self.weighting.needs_gram:
+            assert self.shared is not None
+            diagonal = self.metric.diagonal(self.shared) if self.metric is not None else None
+            if self.metric is not None:
+                extras["metric_preconditioned"] = float(diagonal is not None)
+            gram = self.collector.gram(self.shared, self.shared_rows, diagonal) * scale[:, None] * scale[None, :]
+            sub = gram[present][:, present].numpy()
 
         weights = torch.zeros(self.num_objectives, dtype=torch.float64)
-        extras: dict[str, float] = {"backward_s": backward_seconds}
         try:
             solve_start = time.perf_counter()
             w = self.weighting(losses[present].numpy(), sub)
@@ -91,19 +114,42 @@ class GramWeightedStep:
             extras.update(skipped=1.0)
             self.skip_reason = str(error)
             return StepResult(losses, counts, weights, float("nan"), examples, extras)
-        weights[present] = torch.as_tensor(np.asarray(w, dtype=np.float64))
+        w = np.asarray(w, dtype=np.float64)
+        if not np.isfinite(w).all():  # applied, it would turn every trainable weight into NaN
+            raise Diverged(
+                f"weighting {self.weighting.name} returned non-finite weights at step {self.steps + 1} "
+                f"({np.array2string(w, precision=3, threshold=8)}); the update was not applied"
+            )
+        weights[present] = torch.as_tensor(w)
         combined = self.collector.combine(weights * scale)
         surrogate = sum((p * combined[p].to(p.dtype)).sum() for p in combined)
+        before = {p: p.detach().clone() for p in self.collector.views} if self.descent_check else None
         self.engine.backward(surrogate)
         self.engine.step()
         self.steps += 1
         extras.update(self.weighting.state())
-        extras.update(_gram_summary(sub, np.asarray(w, dtype=np.float64)))
-        if self.cosine_every and self.steps % self.cosine_every == 0:
-            self.last_cosines = _cosines(gram.numpy(), present.numpy())
+        first_order = None
+        if before is not None:
+            first_order = self.collector.dot({p: p.detach() - value for p, value in before.items()}) * scale
+            first_order[~present] = torch.nan
+            extras.update(_descent_summary(first_order[present]))
+        if sub is not None and gram is not None:
+            extras.update(_gram_summary(sub, np.asarray(w, dtype=np.float64)))
+            if self.cosine_every and self.steps % self.cosine_every == 0:
+                self.last_cosines = _cosines(gram.numpy(), present.numpy())
         extras["step_s"] = time.perf_counter() - start
         loss = float((weights[present] * losses[present]).sum())
-        return StepResult(losses, counts, weights, loss, examples, extras)
+        return StepResult(losses, counts, weights, loss, examples, extras, first_order)
+
+
+def _descent_summary(changes: torch.Tensor) -> dict[str, float]:
+    """Of the present objectives' first-order changes g_tᵀΔθ: whether all decrease (common descent), the
+    fraction that do, and the largest (the objective the update serves worst; > 0: it increases)."""
+    return {
+        "common_descent": float(bool((changes < 0).all())),
+        "descent_fraction": float((changes < 0).double().mean()),
+        "max_first_order": float(changes.max()),
+    }
 
 
 def _gram_summary(gram: np.ndarray, w: np.ndarray) -> dict[str, float]:

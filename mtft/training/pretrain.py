@@ -24,7 +24,7 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import torch
 from transformers import AutoModelForMaskedLM
@@ -36,25 +36,29 @@ from mtft.core.atomic import MARKER, AtomicFolder, write_json
 from mtft.core.distributed import ProcessInfo, barrier, init_distributed
 from mtft.core.errors import ConfigError
 from mtft.core.runlock import waiting_lock
+from mtft.data.pipeline import task_texts
+from mtft.data.selection import select_tasks
 from mtft.data.sources import resolve_source
 from mtft.forgetting.corpus import build_eval_set, corpus_path, corpus_texts, masking_collator, packed_blocks
 from mtft.forgetting.mlm import MaskedLM, load_mlm_model, lp_per_language, split_mlm_model
 from mtft.models.backbone import tiny_config
 from mtft.models.tokenizer import load_backbone_tokenizer, tiny_tokenizer
-from mtft.reporting.logs import MetricsLog, logger, setup_console_logging
+from mtft.reporting.logs import MetricsLog, add_file_log, held_log_lines, logger, setup_console_logging
 from mtft.tasks.base import DatasetRef
-from mtft.tasks.registry import discover_tasks, get_task
 from mtft.training import checkpoint as ckpt
 from mtft.training.engine import initialize
 from mtft.training.rundir import create_run_dir
 
-PRETRAIN_VERSION = "2"  # bump when pre-training changes what it produces, to invalidate cached checkpoints
+PRETRAIN_VERSION = "3"  # bump when pre-training changes what it produces, to invalidate cached checkpoints
 
 
 class Pretraining:
     """Corpus, tokenizer, blocks and model factory of one pre-training set-up (``config.pretrain``)."""
 
-    def __init__(self, config: RunConfig, languages: list[str], proc: ProcessInfo):
+    def __init__(self, config: RunConfig, languages: list[str], proc: ProcessInfo, task_texts: Sequence[str] = ()):
+        """``task_texts``: the fine-tuning tasks' texts, which a tiny tokenizer's vocabulary covers too (a real
+        encoder's vocabulary covers the task's text; one trained on the generic corpus alone splits a NER task's
+        names into characters)."""
         self.config, self.languages, self.proc = config, languages, proc
         if zero_stage(config) == 3:
             raise ConfigError(
@@ -67,9 +71,9 @@ class Pretraining:
         model = config.model
         if model.backbone == "tiny":
             self.tokenizer = tiny_tokenizer(
-                [t for ts in texts.values() for t in ts], model.tiny.vocab_size, cache_dir(config)
+                [t for ts in texts.values() for t in ts] + list(task_texts), model.tiny.vocab_size, cache_dir(config)
             )
-            self.mlm_config = tiny_config(model, self.tokenizer, max(self.block_size, config.data.max_length))
+            self.mlm_config = tiny_config(model, self.tokenizer, max(self.block_size, config.data.longest_row))
         else:
             self.tokenizer = load_backbone_tokenizer(model.backbone, model.revision, model.trust_remote_code)
             self.mlm_config = None
@@ -195,26 +199,24 @@ def quiet_progress() -> None:
 
 # ------------------------------------------------------------------------------------------------------
 def task_languages(config: RunConfig) -> list[str]:
-    available = discover_tasks(config.data.task_dirs)
-    languages: list[str] = []
-    for selection in config.data.tasks:
-        languages += selection.languages or list(get_task(selection.name, available).languages)
-    return list(dict.fromkeys(languages))
+    return list(dict.fromkeys(lang for chosen in select_tasks(config) for lang in chosen.languages))
 
 
-def prelude_key(config: RunConfig, languages: list[str]) -> str:
-    """A hash of everything that determines the pre-trained checkpoint of ``pretrain.before_finetune``."""
+def prelude_key(config: RunConfig, languages: list[str], texts: Sequence[str] = ()) -> str:
+    """A hash of everything that determines the pre-trained checkpoint of ``pretrain.before_finetune``
+    (``texts``: the task texts a tiny tokenizer is trained on besides the corpus)."""
     model = config.model.model_dump(mode="json", exclude={"adapter", "classifier_dropout"})
     parts = {
         "version": PRETRAIN_VERSION,
         "model": model,
-        "max_length": config.data.max_length,
+        "max_length": config.data.longest_row,
         "pretrain": config.pretrain.model_dump(mode="json", exclude={"before_finetune"}),
         "corpus": config.corpus.model_dump(mode="json", exclude={"languages"}),
         "languages": languages,
         "precision": config.training.precision,
         "clipping": config.training.gradient_clipping,
         "corpus_files": _corpus_digest(config, languages),
+        "task_texts": hashlib.sha256("\0".join(texts).encode()).hexdigest() if texts else None,
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
 
@@ -238,16 +240,24 @@ def pretrained_backbone(config: RunConfig, proc: ProcessInfo) -> RunConfig:
         return config
     quiet_progress()
     languages = config.corpus.languages or task_languages(config)
-    folder = cache_dir(config) / "pretrained" / prelude_key(config, languages)
+    texts = tiny_task_texts(config)
+    folder = cache_dir(config) / "pretrained" / prelude_key(config, languages, texts)
     if (folder / MARKER).is_file():
         logger.info(f"pre-trained backbone from the cache: {folder}")
     else:
-        _fill_cache(config, languages, folder, proc)
+        _fill_cache(config, languages, folder, proc, texts)
     model = config.model.model_copy(update={"backbone": str(folder), "revision": None})
     return config.model_copy(update={"model": model})
 
 
-def _fill_cache(config: RunConfig, languages: list[str], folder: Path, proc: ProcessInfo) -> None:
+def tiny_task_texts(config: RunConfig) -> list[str]:
+    """The tasks' texts for a tiny backbone's tokenizer (``pretrain.vocabulary: corpus+tasks``), else nothing."""
+    return (
+        task_texts(config) if config.model.backbone == "tiny" and config.pretrain.vocabulary == "corpus+tasks" else []
+    )
+
+
+def _fill_cache(config: RunConfig, languages: list[str], folder: Path, proc: ProcessInfo, texts: list[str]) -> None:
     """Pre-train into the cache entry ``folder``. Runs started together (the seeds of a study) share the entry:
     the first pre-trains under a lock, the others wait for it and then read its checkpoint."""
     lock = folder.parent / f".{folder.name}.lock"
@@ -257,7 +267,7 @@ def _fill_cache(config: RunConfig, languages: list[str], folder: Path, proc: Pro
         if (folder / MARKER).is_file():
             logger.info(f"pre-trained backbone from the cache (written meanwhile): {folder}")
             return
-        pre = Pretraining(config, languages, proc)
+        pre = Pretraining(config, languages, proc, texts)
         tokens = config.pretrain.tokens
         logger.info(
             f"pre-training the backbone ({config.model.backbone}) with masked-LM on "
@@ -285,21 +295,21 @@ class PretrainRun:
         self.run_dir = Path(config.run.output_dir)
 
     def execute(self) -> Path:
-        from mtft.training.setup import check_output_dir
+        from mtft.training.preflight import preflight_pretrain
 
-        config = self.config
-        if config.run.resume:
-            raise ConfigError(
-                "run.stage=pretrain cannot resume; its checkpoints are complete Hugging Face folders "
-                "to fine-tune or probe, and a new run.output_dir starts it again"
-            )
-        check_output_dir(config)
+        preflight_pretrain(self.config)  # before the process group and DeepSpeed start
         proc = init_distributed()
         quiet_progress()
         setup_console_logging(proc.is_main)
+        with held_log_lines():  # train.log gets them once the run directory is written
+            return self._execute(proc)
+
+    def _execute(self, proc: ProcessInfo) -> Path:
+        config = self.config
         pre = Pretraining(config, list(config.corpus.languages), proc)
         if proc.is_main:
             create_run_dir(config)
+            add_file_log(self.run_dir)
         barrier()
         p = config.pretrain
         budgets = [*p.save_at_tokens, p.tokens]

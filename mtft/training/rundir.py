@@ -9,18 +9,20 @@ from typing import Callable, Optional
 from mtft.config.load import config_to_yaml
 from mtft.config.schema import RunConfig
 from mtft.core.atomic import AtomicFolder
-from mtft.reporting.logs import add_file_log
+from mtft.training.setup import resumes_existing_run
 
 
-def create_run_dir(config: RunConfig, write: Optional[Callable[[Path], None]] = None) -> Path:
+def create_run_dir(config: RunConfig, write: Optional[Callable[[Path], None]] = None) -> bool:
     """Write ``config.yaml`` (and ``write(folder)``'s files) into a new run directory in one rename; with
     ``run.overwrite`` it replaces the previous run's directory the same way. A resumed run keeps its directory
-    untouched. Then the text log is attached to ``train.log`` in it. Call on rank 0 only."""
-    run_dir = Path(config.run.output_dir)
-    if not (config.run.resume and run_dir.exists()):
-        with AtomicFolder(run_dir).writing(kind="run", name=config.run.name, stage=config.run.stage) as folder:
-            (folder / "config.yaml").write_text(config_to_yaml(config), encoding="utf-8")
-            if write is not None:
-                write(folder)
-    add_file_log(run_dir)
-    return run_dir
+    untouched (returns False). Call on rank 0 only; the text log is attached by the caller once the run is
+    accepted (:func:`mtft.reporting.logs.add_file_log`)."""
+    if resumes_existing_run(config):
+        return False
+    with AtomicFolder(Path(config.run.output_dir)).writing(
+        kind="run", name=config.run.name, stage=config.run.stage
+    ) as folder:
+        (folder / "config.yaml").write_text(config_to_yaml(config), encoding="utf-8")
+        if write is not None:
+            write(folder)
+    return True

@@ -1,4 +1,4 @@
-"""What a run checks and builds before it trains: output directory, metric, tokenizer, model, shared parameters."""
+"""What a run checks and builds before it trains: output directory, tokenizer, model, shared parameters."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import yaml
 from mtft.adapters import AdapterMethod, build_method
 from mtft.config.paths import cache_dir
 from mtft.config.schema import RunConfig
-from mtft.core.atomic import marker
+from mtft.core.atomic import AtomicFolder, marker
 from mtft.core.errors import ConfigError
 from mtft.data.pipeline import PreparedData
 from mtft.models.backbone import build_encoder
@@ -33,7 +33,7 @@ def make_tokenizer_factory(config: RunConfig):
 
 def build_model(config: RunConfig, data: PreparedData) -> MultiTaskModel:
     # the backbone's weights follow pretrain.seed; everything fine-tuning initialises follows run.seed
-    encoder = build_encoder(config.model, data.tokenizer, config.data.max_length, config.pretrain.seed)
+    encoder = build_encoder(config.model, data.tokenizer, config.data.longest_row, config.pretrain.seed)
     torch.manual_seed(config.run.seed)
     method = build_method(config.model.adapter)
     if method.routing == "objective":
@@ -97,21 +97,13 @@ def shared_parameters(
     return shared, only_rows
 
 
-def check_metric_for_best(config: RunConfig, data: PreparedData) -> None:
-    key = config.evaluation.metric_for_best
-    if key is None:
-        return
-    valid = [f"{name}/{m}" for name, td in data.tasks.items() for m in td.task.metrics]
-    valid += [f"{o.key}/{m}" for o in data.eval_objectives() for m in data.tasks[o.task].task.metrics]
-    if key not in valid:
-        raise ConfigError(f"evaluation.metric_for_best={key!r} is not a metric of this run; valid: {', '.join(valid)}")
-
-
 def check_output_dir(config: RunConfig) -> Optional[Path]:
     """Refuse an output directory that holds something else; return the checkpoint to resume from."""
     run_dir = Path(config.run.output_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"run.output_dir {run_dir} is a file, not a directory; choose another run.output_dir")
+    if not resumes_existing_run(config):
+        AtomicFolder(run_dir).check()  # the run directory is written as <dir>.partial: not over a folder of the user's
     if not run_dir.exists() or not any(run_dir.iterdir()):
         return None
     saved = run_dir / "config.yaml"
@@ -137,6 +129,12 @@ def check_output_dir(config: RunConfig) -> Optional[Path]:
     if differences:
         raise ConfigError(f"cannot resume {run_dir}: the config differs at {', '.join(differences[:5])}")
     return ckpt.latest_checkpoint(run_dir)
+
+
+def resumes_existing_run(config: RunConfig) -> bool:
+    """Whether this run continues the run in its output directory (which it then leaves as it is) rather than
+    writing a new one."""
+    return config.run.resume and (Path(config.run.output_dir) / "config.yaml").is_file()
 
 
 def _config_differences(old: Any, new: Any, path: tuple = ()) -> list[str]:

@@ -14,7 +14,7 @@ is :class:`mtft.training.gram_step.GramWeightedStep`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Optional
 
 import torch
 
@@ -32,6 +32,9 @@ class StepResult:
     loss: float  # Σ_t w_t L_t
     examples: int  # global examples in the step
     extras: dict[str, float] = field(default_factory=dict)
+    # (T,) first-order change g_tᵀΔθ of each objective's loss under the applied update (nan where absent), when
+    # the step measured it (weighting.descent_check)
+    first_order: Optional[torch.Tensor] = None
 
 
 class LossWeightedStep:

@@ -1,17 +1,19 @@
 """The fine-tuning run: everything is checked first, then the run directory is written, then the loop runs.
 
-Order matters for the "nothing half-written" rule: the config, the DeepSpeed JSON, the tasks, the data and
-the labels are all validated before the output directory is created or touched.
+Order matters for the "nothing half-written" rule: the config, the DeepSpeed JSON, the tasks and the backbone are
+validated before anything heavy starts (:mod:`mtft.training.preflight`), the data and the labels before the output
+directory is created or touched, and a resume changes nothing in its run directory (not even ``train.log``) until
+a checkpoint has loaded.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import math
 import signal
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import datasets
 import torch
@@ -21,7 +23,7 @@ from mtft.adapters import build_method, parameter_table
 from mtft.config.schema import RunConfig
 from mtft.core.atomic import AtomicFolder, recover, write_json
 from mtft.core.distributed import barrier, init_distributed
-from mtft.core.errors import CheckpointError, ConfigError, Interrupted
+from mtft.core.errors import CheckpointError, ConfigError, Diverged, Interrupted
 from mtft.core.paths import inside
 from mtft.data.batching import BatchBuilder
 from mtft.data.pipeline import PreparedData, prepare_data
@@ -30,22 +32,17 @@ from mtft.evaluation.evaluate import Evaluation, evaluate
 from mtft.forgetting import build_monitor
 from mtft.forgetting.monitor import prepare_forgetting
 from mtft.forgetting.report import monitor_sections
-from mtft.reporting.logs import MetricsLog, logger, setup_console_logging
+from mtft.reporting.logs import MetricsLog, add_file_log, held_log_lines, logger, setup_console_logging
 from mtft.reporting.report import write_report
 from mtft.training import checkpoint as ckpt
-from mtft.training.engine import deepspeed_config, initialize
+from mtft.training.engine import initialize
 from mtft.training.gram_step import GramWeightedStep
+from mtft.training.metric import OptimizerMetric
+from mtft.training.preflight import preflight
 from mtft.training.pretrain import pretrained_backbone
 from mtft.training.restore import save_encoder_files
 from mtft.training.rundir import create_run_dir
-from mtft.training.setup import (
-    build_model,
-    check_metric_for_best,
-    check_output_dir,
-    heads_metadata,
-    make_tokenizer_factory,
-    shared_parameters,
-)
+from mtft.training.setup import build_model, heads_metadata, make_tokenizer_factory, shared_parameters
 from mtft.training.step import LossWeightedStep
 from mtft.weighting import build_weighting
 
@@ -90,22 +87,26 @@ class Run:
 
     # ------------------------------------------------------------------------------------------------
     def execute(self) -> Path:
-        config = self.config
-        deepspeed_config(config, int(os.environ.get("WORLD_SIZE", 1)))  # validate JSON and precision first
-        resume_from = check_output_dir(config)
+        resume_from = preflight(self.config)  # every cheap check, before the process group and DeepSpeed start
         self.proc = init_distributed()
         setup_console_logging(self.proc.is_main)
+        with held_log_lines():  # train.log gets them once the run is accepted (_accept)
+            return self._execute(resume_from)
+
+    def _execute(self, resume_from: Optional[Path]) -> Path:
+        config = self.config
         datasets.disable_progress_bars()  # mtft logs one line per loaded split instead
         barrier()
         self.model_config = pretrained_backbone(config, self.proc)  # pretrain.before_finetune: the cached checkpoint
         self.data = self._prepare_data_rank0_first()
-        check_metric_for_best(config, self.data)
         forgetting = prepare_forgetting(config, self.model_config, self.data)
         # built before the run directory: a bad backbone or adapter writes nothing
         model = build_model(self.model_config, self.data)
         self.weighting = build_weighting(config.weighting.method, config.weighting.options)
         self.shared = self._shared_parameters(model) if self.weighting.needs_gram else None
         self._create_run_dir(model)
+        if resume_from is None:
+            self._accept()  # a new run (or a resume before the first checkpoint): nothing left to refuse
         self.parameters = parameter_table(model)
         logger.info(
             f"{config.model.adapter.method}: "
@@ -122,6 +123,7 @@ class Run:
         self.resume_rows, self.saved_step, self.stop_signal = None, None, None
         if resume_from is not None:
             self._resume(resume_from)  # restores this rank's RNG state too
+            self._accept()
         else:
             if config.run.resume:
                 logger.warning(f"--resume: {self.run_dir} has no complete checkpoint yet; starting from step 0")
@@ -161,8 +163,15 @@ class Run:
         run.overwrite it replaces the previous run in one rename. A resumed run keeps its directory."""
         if self.proc.is_main:
             create_run_dir(self.config, lambda folder: save_encoder_files(folder, model.encoder, self.data.tokenizer))
-            recover(self.run_dir / "best")  # a kill between replacing best/ and renaming best.partial
         barrier()
+
+    def _accept(self) -> None:
+        """The run goes ahead. Until here a resume changes nothing in the run directory, so one refused (no
+        checkpoint loads, the objectives differ) leaves it as it was; now rank 0 writes the held log lines to
+        train.log and logs there, and finishes a replacement of best/ that a kill interrupted."""
+        if self.proc.is_main:
+            add_file_log(self.run_dir)
+            recover(self.run_dir / "best")  # a kill between the two renames of a best/ replacement
 
     def _shared_parameters(self, model):
         shared, shared_rows = shared_parameters(
@@ -178,16 +187,35 @@ class Run:
         return shared, shared_rows
 
     def _build_step(self):
-        num_objectives, world = len(self.data.objective_names), self.proc.world_size
-        if not self.weighting.needs_gram:
+        cfg, num_objectives, world = self.config.weighting, len(self.data.objective_names), self.proc.world_size
+        if not cfg.per_objective_gradients():
             return LossWeightedStep(self.engine, self.weighting, num_objectives, world)
-        shared, shared_rows = self.shared
-        logger.info(
-            f"{self.config.weighting.method}: Gram over {sum(p.numel() for p in shared):,} shared parameters "
-            f"({len(shared)} tensors), {num_objectives} objectives"
-        )
+        shared, shared_rows = self.shared if self.shared is not None else (None, None)
+        if shared is not None:
+            logger.info(
+                f"{cfg.method}: Gram over {sum(p.numel() for p in shared):,} shared parameters "
+                f"({len(shared)} tensors), {num_objectives} objectives"
+            )
+        metric = None
+        if cfg.metric == "optimizer":
+            metric = OptimizerMetric(self.engine)
+            if metric.adaptive:
+                logger.info(f"{cfg.method}: Gram in AdamW's metric, g_tᵀ diag(1/(√v̂+ε)) g_s (Euclidean at step 1)")
+            else:
+                logger.info(
+                    f"{cfg.method}: weighting.metric=optimizer with training.optimizer.name="
+                    f"{self.config.training.optimizer.name}, which applies no preconditioner: the Euclidean Gram"
+                )
         return GramWeightedStep(
-            self.engine, self.weighting, num_objectives, world, shared, self.config.weighting.cosine_every, shared_rows
+            self.engine,
+            self.weighting,
+            num_objectives,
+            world,
+            shared,
+            cfg.cosine_every,
+            shared_rows,
+            metric=metric,
+            descent_check=cfg.descent_check,
         )
 
     def _sampler(self) -> MultiObjectiveSampler:
@@ -254,15 +282,19 @@ class Run:
             result = self.step_fn(self._micro_batches())
             self.step += 1
             bar.update(1)
+            self._stop_if_diverged(result)
             if result.extras.get("skipped"):
                 logger.warning(f"step {self.step} skipped: {self.step_fn.skip_reason}")
                 self.log.log(self.step, "skipped", {"reason": self.step_fn.skip_reason})
                 continue
             window.add(result)
             stop = self.monitor.after_step(self.step)
-            if self.weighting.needs_gram:  # weights, ||d||², stationarity and the solver's certificate, every step
-                weights = {f"weight/{n}": w for n, w in zip(self.data.objective_names, result.weights.tolist())}
-                self.log.log(self.step, "weighting", {**weights, **result.extras})
+            if isinstance(self.step_fn, GramWeightedStep):  # weights, ||d||², the certificate, g_tᵀΔθ: every step
+                names = self.data.objective_names
+                values = {f"weight/{n}": w for n, w in zip(names, result.weights.tolist())}
+                if result.first_order is not None:
+                    values.update({f"first_order/{n}": c for n, c in zip(names, result.first_order.tolist())})
+                self.log.log(self.step, "weighting", {**values, **result.extras})
             if getattr(self.step_fn, "last_cosines", None) is not None:
                 self.log.log(
                     self.step, "cosines", {"objectives": self.data.objective_names, "matrix": self.step_fn.last_cosines}
@@ -290,6 +322,22 @@ class Run:
             every = cfg.checkpointing.every_steps
             if every and self.step % every == 0 and self.step < cfg.training.max_steps:
                 self._save()
+
+    def _stop_if_diverged(self, result) -> None:
+        """A non-finite loss ends the run with one line, rather than training on NaN weights to a report of NaN
+        metrics and exit status 0. Every rank sees the same (all-reduced) losses, so every rank stops here."""
+        names = self.data.objective_names
+        bad = nonfinite_objectives(result.losses, result.counts, names)
+        if not bad:
+            return
+        self.log.log(self.step, "stopped", {"reason": "diverged", "objectives": bad})
+        value = float(result.losses[names.index(bad[0])])
+        saved = f"the last checkpoint is step {self.saved_step}" if self.saved_step else "no checkpoint was saved"
+        raise Diverged(
+            f"training diverged at step {self.step}: the loss of {bad[0]} is {value}"
+            f"{f' ({len(bad)} of {len(names)} objectives non-finite)' if len(bad) > 1 else ''}; {saved}. "
+            "Lower training.optimizer.lr or keep training.gradient_clipping on, and start again"
+        )
 
     def _stationary(self, result) -> bool:
         eps = self.config.weighting.stationarity_eps
@@ -378,7 +426,11 @@ class Run:
         setup = [
             ("backbone", cfg.model.backbone),
             ("method", cfg.model.adapter.method),
-            ("weighting", f"{cfg.weighting.method} over {cfg.weighting.objectives}"),
+            (
+                "weighting",
+                f"{cfg.weighting.method} over {cfg.weighting.objectives}{_options_text(cfg.weighting.options)}"
+                + ("" if cfg.weighting.metric == "euclidean" else f", Gram in the {cfg.weighting.metric}'s metric"),
+            ),
             ("optimizer", f"{cfg.training.optimizer.name}, lr {cfg.training.optimizer.lr:g}"),
             ("steps", str(self.step)),
             ("processes", str(self.proc.world_size)),
@@ -403,3 +455,15 @@ class Run:
             variants={name: td.task.metric_description() for name, td in self.data.tasks.items()},
         )
         logger.info(f"report: {path}")
+
+
+def nonfinite_objectives(losses: torch.Tensor, counts: torch.Tensor, names: list[str]) -> list[str]:
+    """The objectives present in a step (count > 0) whose loss is NaN or infinite; an absent one's NaN is not."""
+    return [
+        n for n, loss, count in zip(names, losses.tolist(), counts.tolist()) if count > 0 and not math.isfinite(loss)
+    ]
+
+
+def _options_text(options: dict[str, Any]) -> str:
+    """``weighting.options`` for the report's setup table, e.g. " (floor=0.1, normalize=none)"; "" when empty."""
+    return f" ({', '.join(f'{k}={v}' for k, v in sorted(options.items()))})" if options else ""

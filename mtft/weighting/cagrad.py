@@ -84,10 +84,13 @@ class CAGrad(Weighting):
         if sqrt_phi <= 0:
             return None
         hi = 2.0 * np.sqrt(float(np.diag(g).max())) / sqrt_phi  # ρ ≤ max_t ||g_t||, so φ(hi) < 0
+        # A min-norm point at 0 comes back with ||g_w|| at round-off (~1e-7 of the largest ||g_t||), not 0: below
+        # this it is 0, or Brent's method would bracket a root made of round-off and return ||g_w|| = 0 weights.
+        zero = 1e-6 * np.sqrt(float(np.diag(g).max()))
         lo = 0.0
-        if phi(lo) <= 0.0:  # g_w = 0 reachable: look for τ > 0 where ρ(τ) > sqrt_phi·τ
+        if phi(lo) <= zero:  # g_w = 0 reachable: look for τ > 0 where ρ(τ) > sqrt_phi·τ
             for k in range(1, 60):
-                if phi(hi * 2.0**-k) > 0.0:
+                if phi(hi * 2.0**-k) > zero:
                     lo = hi * 2.0**-k
                     break
             else:

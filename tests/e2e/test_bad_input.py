@@ -1,9 +1,12 @@
 """A hostile user's inputs, table-driven: each ends in one error line (exit 2), never a traceback, never a long
-message, and leaves no file behind (no run directory, no half-written output, nothing replaced).
+message, and leaves no file behind (no run directory, no half-written output, nothing replaced, no folder of the
+user's deleted).
 
 Cases that fail before any training starts run in one helper process (``helpers/run_cases.py``: ``run.py``'s own
-``__main__`` block per case, torch imported once); cases that get as far as loading data or task plug-ins run as
-their own ``python run.py`` process."""
+``__main__`` block per case, torch imported once); none of them may start DeepSpeed. Cases that get as far as
+loading data or task plug-ins run as their own ``python run.py`` process; those a run can refuse from the config,
+the task files and the files' bytes alone (:data:`PREFLIGHT`) must print nothing but their error line -- no line
+of DeepSpeed's, no data loaded."""
 
 from __future__ import annotations
 
@@ -98,6 +101,11 @@ FAST = {
         {"p.jsonl": b'{"id": "\xff", "prediction": "x"}\n'},
         "not UTF-8",
     ),
+    "score-predictions-empty": (
+        ["score", "--task", "xnli/en", "--predictions", "{tmp}/p.jsonl"],
+        {"p.jsonl": ""},
+        "the predictions file is empty",
+    ),
     "score-predictions-malformed": (
         ["score", "--task", "xnli/en", "--predictions", "{tmp}/p.jsonl"],
         {"p.jsonl": "{oops\n"},
@@ -118,6 +126,35 @@ FAST = {
     "export-not-a-run": (["export", "--run", "{tmp}/keep", "--out", "{tmp}/out"], FOREIGN, "keep"),
     "export-out-foreign": (["export", "--run", "{tmp}/run", "--out", "{tmp}/keep"], FOREIGN, "not empty"),
     "export-no-out": (["export", "--run", "{tmp}"], {}, "--out"),
+    "export-partial-foreign": (
+        ["export", "--run", "{tmp}/run", "--out", "{tmp}/out"],
+        {"out.partial/precious.txt": "do not delete\n"},
+        "out.partial exists and was not written by mtft; move it away",
+    ),
+    "run-partial-foreign": (
+        [*BASE, "run.output_dir={tmp}/run"],
+        {"run.partial/precious.txt": "do not delete\n"},
+        "run.partial exists and was not written by mtft",
+    ),
+    "run-previous-foreign": (
+        [*BASE, "run.output_dir={tmp}/run"],
+        {"run.previous/COMPLETE": "mine\n"},
+        "run.previous exists and was not written by mtft",
+    ),
+    "unknown-language": ([*BASE, "data.tasks.0.languages=[en,xx]"], {}, "has no language(s) xx"),
+    "bad-task-setting": ([*BASE, "data.tasks.0.settings={colour: 1}"], {}, "settings.colour"),
+    "metric-for-best-unknown": ([*BASE, "evaluation.metric_for_best=xnli/f1"], {}, "not a metric of this run"),
+    "backbone-no-folder": ([*BASE, "model.backbone={tmp}/model"], {}, "no such folder"),
+    "backbone-no-config-json": (
+        [*BASE, "model.backbone={tmp}/model"],
+        {"model/weights.bin": "x"},
+        "the folder has no config.json",
+    ),
+    "backbone-hub-id-offline": (
+        [*BASE, "model.backbone=nobody/no-such-model"],
+        {},
+        "not in the Hugging Face cache while the Hub is offline",
+    ),
     "probe-bad-gamma": (["probe", "--checkpoint", "{tmp}", "--gamma", "abc"], {}, "--gamma"),
     "probe-no-gamma": (["probe", "--checkpoint", "{tmp}"], {}, "--gamma"),
 }
@@ -148,6 +185,22 @@ SLOW = {
         "not text",
     ),
     "data-missing-file": (SENT_RUN, {"tasks/sent.yaml": SENTIMENT}, "dataset file not found"),
+    "data-not-utf8": (
+        SENT_RUN,
+        {"tasks/sent.yaml": SENTIMENT, "data/en/train.jsonl": GOOD_ROWS.encode() + b'{"text": "caf\xe9"}\n'},
+        "train.jsonl (for my/sent (config en) split train): not UTF-8 text (byte 293, line 9)",
+    ),
+}
+# refused before the process group and DeepSpeed start, before any data is loaded (mtft.training.preflight)
+PREFLIGHT = {
+    "unknown-task",
+    "task-dir-missing",
+    "task-file-alias",
+    "task-file-bad-language",
+    "plugin-raises",
+    "data-empty",
+    "data-missing-file",
+    "data-not-utf8",
 }
 
 
@@ -199,7 +252,7 @@ def fast_results(tmp_path_factory):
 
 
 def test_the_table_is_large_enough():
-    assert len(FAST) + len(SLOW) >= 40
+    assert len(FAST) + len(SLOW) >= 40 and PREFLIGHT <= set(SLOW)
 
 
 @pytest.mark.parametrize("case", sorted(FAST))
@@ -207,6 +260,7 @@ def test_fails_in_one_line_and_writes_nothing(case, fast_results):
     results, snapshots, root = fast_results
     result = results[case]
     check(case, result["code"], result["output"], result["new"], FAST[case][2])
+    assert not result["deepspeed"], f"{case}: DeepSpeed was started (by this case, or an earlier one)"
     tmp = root / case  # what was there is there, byte for byte (a foreign folder survives overwrite=true)
     assert {p: Path(p).read_bytes() for p in listing(tmp) if Path(p).is_file()} == snapshots[case]
 
@@ -220,4 +274,8 @@ def test_data_and_task_file_errors_fail_in_one_line(case, tmp_path):
     before = listing(tmp, REPO / "runs")
     result = run_cli(*expand(argv, tmp), threads=1)
     new = sorted(listing(tmp, REPO / "runs") - before)
-    check(case, result.returncode, result.stdout + result.stderr, new, expect)
+    output = result.stdout + result.stderr
+    check(case, result.returncode, output, new, expect)
+    if case in PREFLIGHT:
+        assert output.strip().splitlines() == [output.strip()] and output.startswith("error: "), f"{case}:\n{output}"
+        assert "deepspeed" not in output.lower() and "torch.distributed" not in output, output

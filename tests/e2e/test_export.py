@@ -57,6 +57,8 @@ def test_exported_adapter_gives_mtfts_logits_through_peft(trained_runs, method):
     result = run_cli("export", "--run", str(runs[method]), "--out", str(out))
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.splitlines()[-2:] == [str(out / "xnli"), str(out / "nli_copy")]
+    # nothing but the paths: no library's warning or progress bar about its own internals
+    assert not [line for line in result.stderr.splitlines() if "Warning" in line or "WARNING" in line or "%|" in line]
     run = load_run(runs[method])
     tokenizer = AutoTokenizer.from_pretrained(str(out / "base"))
     enc = tokenizer([p for p, _ in TEXTS], [h for _, h in TEXTS], padding=True, return_tensors="pt")

@@ -149,3 +149,22 @@ def test_comparison_weightings_train(tmp_path, method):
     result = run_cli("--config", BASE_CONFIG, *lfmlf_run(out, 0, 16, **{"weighting.method": method}))
     assert result.returncode == 0, result.stderr[-3000:]
     assert len(weighting_events(out)) == STEPS
+
+
+@pytest.mark.parametrize("options", [{"floor": 0.3}, {"normalize": "loss+"}])
+def test_lfmlf_options_train(tmp_path, options):
+    """The collapse guard and a Sener & Koltun normalisation reach the weighting from the config and train."""
+    out = tmp_path / "options"
+    result = run_cli("--config", BASE_CONFIG, *lfmlf_run(out, 0, 16, **{"weighting.options": options}))
+    assert result.returncode == 0, result.stderr[-3000:]
+    events = weighting_events(out)
+    assert len(events) == STEPS
+    floor = options.get("floor", 0.0)
+    for e in events:
+        weights = [e[f"weight/xnli/{lang}"] for lang in ("en", "de", "ar")]
+        assert sum(weights) == pytest.approx(1.0, abs=1e-9) and e["floor"] == floor
+        assert min(w for w in weights if w > 0) >= floor / 3 and "min_d_dot_g" in e
+    report = (out / "report.md").read_text()
+    option = ", ".join(f"{k}={v}" for k, v in options.items())
+    assert f"| weighting | lfmlf over task_language ({option}) |" in report
+    assert ("Collapse guard" in report) == (floor > 0)

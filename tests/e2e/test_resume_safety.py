@@ -89,6 +89,15 @@ def _truncate_engine(latest: Path) -> str:
     return "engine/mp_rank_00_model_states.pt has 1000 bytes"
 
 
+def _garbage_engine(latest: Path) -> str:
+    """Garbage of the right size, the marker rewritten to match: only the loader itself can refuse it."""
+    name = "engine/mp_rank_00_model_states.pt"
+    file = latest / name
+    file.write_bytes(bytes(range(256)) * (file.stat().st_size // 256) + b"x" * (file.stat().st_size % 256))
+    rewrite_marker_entry(latest, name)
+    return "mp_rank_00_model_states.pt cannot be loaded safely"
+
+
 def _garbage_trainer_state(latest: Path) -> str:
     (latest / "trainer_state.json").write_text("{not json")
     return "trainer_state.json has 9 bytes"
@@ -100,7 +109,9 @@ def _truncate_weights(latest: Path) -> str:
     return "model.safetensors has"
 
 
-@pytest.mark.parametrize("damage", [_delete_engine, _truncate_engine, _garbage_trainer_state, _truncate_weights])
+@pytest.mark.parametrize(
+    "damage", [_delete_engine, _truncate_engine, _garbage_engine, _garbage_trainer_state, _truncate_weights]
+)
 def test_damaged_latest_checkpoint_falls_back_to_the_previous_one(straight, tmp_path, damage):
     out = copy_of(straight, tmp_path)
     reason = damage(out / "checkpoints" / step_name(6))
@@ -145,6 +156,56 @@ def test_no_intact_checkpoint_is_one_error_line(straight, tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1].startswith(f"error: cannot resume {out}: no intact checkpoint")
     assert "Traceback" not in result.stderr
+
+
+def snapshot(folder: Path) -> dict[str, tuple]:
+    """Every path under ``folder`` with its size, modification time and SHA-256 (files) -- what a refused command
+    must leave exactly as it was."""
+    state = {}
+    for path in sorted(folder.rglob("*")):
+        stat = path.stat()
+        digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else "folder"
+        state[str(path.relative_to(folder))] = (stat.st_size if path.is_file() else 0, stat.st_mtime_ns, digest)
+    return state
+
+
+def _all_unloadable(out: Path) -> None:
+    """Every checkpoint's engine state cut short, with markers that agree: only loading it, after DeepSpeed has
+    started and the run has logged, finds the damage."""
+    for step in (2, 4, 6):
+        checkpoint = out / "checkpoints" / step_name(step)
+        _truncate_engine(checkpoint)
+        rewrite_marker_entry(checkpoint, "engine/mp_rank_00_model_states.pt")
+
+
+def _all_damaged(out: Path) -> None:
+    for step in (2, 4, 6):
+        (out / "checkpoints" / step_name(step) / "trainer_state.json").write_text("garbage")
+
+
+REFUSED_RESUMES = {
+    "config-differs": (None, ["training.optimizer.lr=5e-3"], "the config differs at training.optimizer.lr"),
+    "bad-override": (None, ["training.colour=blue"], "unknown key 'training.colour'"),
+    "all-checkpoints-damaged": (_all_damaged, [], "no intact checkpoint"),
+    "no-checkpoint-loads": (_all_unloadable, [], "no intact checkpoint"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED_RESUMES))
+def test_refused_resume_leaves_no_trace(straight, tmp_path, case):
+    """Not a byte of the run directory changes -- config.yaml, train.log, metrics.jsonl, best/ -- and no file
+    appears, however late the resume is refused."""
+    damage, overrides, message = REFUSED_RESUMES[case]
+    out = copy_of(straight, tmp_path)
+    if damage is not None:
+        damage(out)
+    time.sleep(0.01)  # a file rewritten with the same bytes would still show a new modification time
+    before = snapshot(out)
+    result = run_cli(*args(out), *overrides, "--resume")
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert message in result.stderr.strip().splitlines()[-1] and "Traceback" not in result.stderr
+    assert snapshot(out) == before
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]  # nor beside it (the run lock's file)
 
 
 def test_torn_log_line_and_a_kill_while_replacing_best(straight, tmp_path):

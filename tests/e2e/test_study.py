@@ -121,12 +121,19 @@ def test_sigkilled_study_resumes_to_the_uninterrupted_result(finished, tmp_path)
 
 def test_a_failing_cell_is_reported_and_the_others_finish(tmp_path):
     out = tmp_path / "tiny"
-    done = study(out, "grid={data.tasks.0.languages: [[en], [xx]]}", "seeds=[0]", "baseline=null")
+    done = study(  # the second cell passes every check made before runs start, and fails once running
+        out,
+        "grid={pretrain.micro_batch_size: [16, 100000]}",
+        "overrides.pretrain.before_finetune=true",
+        "overrides.pretrain.tokens=10240",
+        "seeds=[0]",
+        "baseline=null",
+    )
     assert done.returncode == 1
     results = json.loads((out / "results.json").read_text())
     ok, bad = results["cells"]
     assert ok["complete"] == 1 and bad["complete"] == 0 and len(bad["failed"]) == 1
-    assert "xx" in bad["failed"][0]["error"]
+    assert "fewer than one global batch" in bad["failed"][0]["error"]
     text = (out / "study.md").read_text()
     assert bad["failed"][0]["error"] in text
     assert "failed" in done.stdout
@@ -157,6 +164,10 @@ def test_submitit_executor_runs_a_two_process_job(tmp_path):
         (["overrides.training.optimizr.lr=1"], "[cell lr-0.001_method-mean]: unknown key 'training.optimizr'"),
         (["grid={training.optimizer.lr: [0.001, -1], weighting.method: [mean]}"], "[cell lr--1_method-mean]"),
         (["executor.name=kubernetes"], "executor.name"),
+        (
+            ["grid={data.tasks.0.languages: [[en], [xx]]}", "baseline=null"],
+            "[cell languages-xx]: task 'xnli' has no language(s) xx",
+        ),
     ],
 )
 def test_bad_input_one_line_nothing_written(tmp_path, args, message):

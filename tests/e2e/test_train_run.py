@@ -214,3 +214,19 @@ def test_sgd_cosine_accumulation_and_tensorboard(tmp_path):
     assert all(e["examples_per_s"] > 0 for e in train)
     assert any(p.name.startswith("events.out.tfevents") for p in (out / "tensorboard").iterdir())
     assert "global batch | 16" in (out / "report.md").read_text()
+
+
+@pytest.mark.parametrize("method", ["mean", "lfmlf"])
+def test_a_diverging_run_stops_with_one_line_and_is_not_complete(tmp_path, method):
+    """SGD at lr 1e30 without clipping overflows the activations at step 2: the run says so and exits 2 instead of
+    training on NaN weights to a report of NaN metrics and exit status 0."""
+    out = tmp_path / "diverged"
+    extra = {"training.optimizer": {"name": "sgd", "lr": 1e30}, "training.gradient_clipping": None}
+    result = run_cli("--config", BASE_CONFIG, *base_overrides(out, 5, **extra, **{"weighting.method": method}))
+    assert result.returncode == 2, result.stderr[-2000:]
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith("error: training diverged at step ") and "is nan" in error and "lr" in error
+    assert "Traceback" not in result.stderr
+    stopped = [e for e in read_jsonl(out / "metrics.jsonl") if e["kind"] == "stopped"]
+    assert stopped[-1]["reason"] == "diverged" and stopped[-1]["objectives"]
+    assert not (out / "metrics.json").exists() and not (out / "report.md").exists()

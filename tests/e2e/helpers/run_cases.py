@@ -1,7 +1,8 @@
 """Run many ``run.py`` invocations in one Python process (torch imported once), as ``python run.py ARGS`` would:
 ``run.py``'s own ``__main__`` block runs, so a UserError prints one line and exits 2, and anything else escapes
 as the traceback a user would see. Usage: ``python run_cases.py cases.json results.json`` with cases
-``[{"id", "argv", "watch": [dirs]}]``; each result holds the exit code, the output and the files that appeared."""
+``[{"id", "argv", "watch": [dirs]}]``; each result holds the exit code, the output, the files that appeared and
+whether DeepSpeed has been imported so far."""
 
 from __future__ import annotations
 
@@ -35,7 +36,13 @@ def run_case(argv: list[str], watch: list[str]) -> dict:
         except BaseException:  # what python itself would print before exiting 1
             traceback.print_exc()
             code = 1
-    return {"code": code, "output": out.getvalue() + err.getvalue(), "new": sorted(listing(watch) - before)}
+    return {
+        "code": code,
+        "output": out.getvalue() + err.getvalue(),
+        "new": sorted(listing(watch) - before),
+        # DeepSpeed imported (the process group starts it) by this case or an earlier one of this process
+        "deepspeed": "deepspeed" in sys.modules,
+    }
 
 
 def main() -> None:

@@ -149,6 +149,7 @@ def test_deepspeed_config_comes_from_the_run_config(tmp_path, monkeypatch):
         [
             "training.gradient_clipping=0.5",
             "weighting.method=mean",
+            "weighting.options={}",
             "training.gradient_accumulation_steps=3",
             "training.deepspeed_config=configs/deepspeed/zero2.json",
         ],
@@ -208,3 +209,12 @@ def test_long_values_are_not_echoed_whole(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_config(write(tmp_path, MINIMAL), ["training.max_steps=" + "9x" * 50000])
     assert len(str(info.value)) < 600
+
+
+def test_longest_row_covers_every_task_max_length():
+    """A tiny encoder is built with positions for the longest task rows (a QA task's 96 > data.max_length 64)."""
+    from mtft.config.schema import DataSection
+
+    data = DataSection(max_length=64, tasks=[{"name": "xnli"}, {"name": "tydiqa", "max_length": 96}])
+    assert data.longest_row == 96
+    assert DataSection(max_length=64, tasks=[{"name": "xnli", "max_length": 32}]).longest_row == 64

@@ -43,8 +43,8 @@ def test_aliases_are_refused_with_the_line():
 def test_bad_files(tmp_path):
     with pytest.raises(ConfigError, match="is a directory"):
         read_text(tmp_path, "config file")
-    (tmp_path / "c.yaml").write_bytes(b"a: \xff\n")
-    with pytest.raises(ConfigError, match=r"not UTF-8 text \(byte 3\)"):
+    (tmp_path / "c.yaml").write_bytes(b"a: 1\nb: \xff\n")
+    with pytest.raises(ConfigError, match=r"not UTF-8 text \(byte 8, line 2\)"):
         read_text(tmp_path / "c.yaml", "config file")
 
 

@@ -48,3 +48,22 @@ def test_released_on_an_error(tmp_path):
             raise RuntimeError("boom")
     with run_lock(tmp_path / "run"):
         pass
+
+
+def test_a_refused_run_of_a_finished_run_directory_adds_no_lock_file(tmp_path):
+    from mtft.core.atomic import AtomicFolder
+
+    run_dir = tmp_path / "run"
+    with AtomicFolder(run_dir).writing(kind="run"):
+        pass
+    with pytest.raises(CheckpointError):
+        with run_lock(run_dir):
+            raise CheckpointError("cannot resume: no intact checkpoint")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    with run_lock(run_dir) as path:  # a run that ends well leaves its lock file, as before
+        pass
+    assert path.is_file()
+    with pytest.raises(CheckpointError):
+        with run_lock(run_dir):  # the file was there before: it stays
+            raise CheckpointError("refused")
+    assert path.is_file()

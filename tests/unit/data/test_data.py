@@ -291,3 +291,33 @@ def test_csv_parquet_and_json_files_load_through_the_same_path(tmp_path, suffix)
         sentiment_config(tmp_path, str(tmp_path / f"data/{{name}}-{{split}}.{suffix}")), tokenizer_factory
     )
     assert data.tasks["sentiment"].train["en"]["labels"] == [0, 1] * 5
+
+
+def test_non_utf8_data_file_is_refused_naming_file_byte_and_line(tmp_path):
+    """Arrow's JSON reader loads invalid UTF-8 without a word (the row fails only when read back); mtft refuses the
+    file before handing it over."""
+    user_task(tmp_path / "tasks")
+    for lang in ("en", "fr"):
+        for split in ("train", "validation"):
+            write_jsonl(tmp_path / "data" / f"{lang}-{split}.jsonl", sentiment_rows(4))
+    bad = tmp_path / "data" / "fr-validation.jsonl"
+    bad.write_bytes(bad.read_bytes() + b'{"text": "caf\xe9", "label": "pos"}\n')  # Latin-1, not UTF-8
+    assert len(datasets.load_dataset("json", data_files=str(bad), split="train")) == 5  # accepted as it is
+    config = sentiment_config(tmp_path, str(tmp_path / "data/{name}-{split}.jsonl"))
+    line5 = len(b"".join(bad.read_bytes().splitlines(keepends=True)[:4])) + len('{"text": "caf')
+    with pytest.raises(DataError, match=rf"fr-validation.jsonl .*: not UTF-8 text \(byte {line5}, line 5\)$"):
+        prepare_data(config, tokenizer_factory)
+
+
+def test_empty_data_file_and_non_utf8_file_of_a_hub_layout_folder(tmp_path):
+    from mtft.data.sources import check_local_files
+
+    (tmp_path / "empty.jsonl").write_bytes(b"")
+    with pytest.raises(DataError, match=r"empty.jsonl \(for x split train\): the file is empty"):
+        check_local_files(DatasetRef(path="x", split="train"), {"x": str(tmp_path / "empty.jsonl")})
+    folder = tmp_path / "hub"
+    (folder / "en").mkdir(parents=True)
+    (folder / "README.md").write_text("---\n---\n")
+    (folder / "en" / "train.jsonl").write_bytes(b'{"text": "ok"}\n{"text": "\xff"}\n')
+    with pytest.raises(DataError, match=r"en/train.jsonl \(for x \(config en\) split train\): not UTF-8 .*line 2"):
+        check_local_files(DatasetRef(path="x", name="en", split="train"), {"x": str(folder)})

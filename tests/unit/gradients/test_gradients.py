@@ -7,6 +7,7 @@ import peft
 import pytest
 import torch
 
+from mtft.core.errors import Diverged
 from mtft.gradients import PerObjectiveGradients, reference_objective_gradients
 from mtft.pareto import SolverInputError
 from mtft.training.gram_step import GramWeightedStep
@@ -228,3 +229,17 @@ def test_buffers_in_another_dtype_than_the_activations(tmp_path):
         collector.finalize()
     got = torch.cat([collector.views[p].reshape(3, -1) for p in params], dim=1).double()
     torch.testing.assert_close(got, reference_objective_gradients(model, second, params, 3), rtol=1e-4, atol=1e-5)
+
+
+def test_non_finite_weights_stop_the_run_before_the_update(tmp_path):
+    """A weighting (a user's own included) that returns NaN weights would turn every trained weight into NaN: the
+    step raises instead, with the weights untouched, so the last checkpoint stays good."""
+    model, tok = tiny_model(tmp_path)
+    params = [p for p in model.parameters() if p.requires_grad]
+    before = [p.detach().clone() for p in params]
+    step = GramWeightedStep(FakeEngine(model), FixedGramWeighting([0.5, np.nan, 0.5]), 3, 1, shared=params)
+    with pytest.raises(
+        Diverged, match=r"weighting fixed_for_tests returned non-finite weights at step 1 .*not applied"
+    ):
+        step([make_batch(tok, **MIXED)])
+    assert all(torch.equal(p, b) for p, b in zip(params, before))

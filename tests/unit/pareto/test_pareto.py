@@ -228,7 +228,17 @@ def test_certificate_fields_and_logging():
     assert np.allclose(w @ a, [0.5, 0.5])  # d = midpoint of e1, e2
     assert cert.objective == pytest.approx(0.5) and cert.theorem2 == pytest.approx(0.0, abs=1e-15)
     d = cert.as_dict()
-    assert set(d) == {"objective", "fw_gap", "kkt_residual", "theorem2", "iterations", "seconds"}
+    assert set(d) == {
+        "objective",
+        "fw_gap",
+        "kkt_residual",
+        "theorem2",
+        "min_d_dot_g",
+        "floor",
+        "iterations",
+        "seconds",
+    }
+    assert d["floor"] == 0.0 and d["min_d_dot_g"] == pytest.approx(0.5)  # min_t dᵀg_t = ||d||² here
     assert all(isinstance(v, float) for v in d.values())
     with pytest.raises(AttributeError):
         cert.objective = 1.0  # frozen

@@ -45,3 +45,43 @@ def test_a_torn_last_line_is_dropped_with_a_warning(tmp_path, caplog):
     ]
     # the handler is added because the "mtft" logger may not propagate (run.py's console set-up turns it off)
     assert f"{tmp_path / 'metrics.jsonl'}: dropped 1 unreadable line(s) (a torn write)" in caplog.messages
+
+
+def _file_handlers(logger):
+    return [h for h in logger.handlers if isinstance(h, logging.FileHandler)]
+
+
+def test_log_lines_are_held_until_the_run_is_accepted(tmp_path):
+    """train.log gets the lines logged before it was attached, in order; a run refused before that writes none."""
+    from mtft.reporting.logs import add_file_log, held_log_lines
+
+    logger = logging.getLogger("mtft")
+    level, attached = logger.level, _file_handlers(logger)
+    logger.setLevel(logging.INFO)
+    try:
+        try:
+            with held_log_lines():
+                logger.info("loaded the data")
+                raise RuntimeError("no checkpoint loads")  # refused before add_file_log
+        except RuntimeError:
+            pass
+        assert _file_handlers(logger) == attached and list(tmp_path.iterdir()) == []
+        with held_log_lines():
+            logger.info("loaded the data again")
+            logger.warning("checkpoint step-4 is damaged")
+            add_file_log(tmp_path)
+            logger.info("resumed")
+        logger.info("after the block")  # the file stays attached for the rest of the run
+        lines = (tmp_path / "train.log").read_text().splitlines()
+        assert [line.split(" ", 2)[2] for line in lines] == [
+            "INFO loaded the data again",  # nothing of the refused attempt: its held lines were dropped
+            "WARNING checkpoint step-4 is damaged",
+            "INFO resumed",
+            "INFO after the block",
+        ]
+    finally:
+        for handler in _file_handlers(logger):
+            if handler not in attached:
+                logger.removeHandler(handler)
+                handler.close()
+        logger.setLevel(level)

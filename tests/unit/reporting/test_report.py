@@ -5,7 +5,7 @@ from __future__ import annotations
 from mtft.reporting.report import _weighting_section
 
 
-def weighting_events(weights: list[tuple[float, float]]) -> list[dict]:
+def weighting_events(weights: list[tuple[float, float]], **logged: float) -> list[dict]:
     return [
         {
             "kind": "weighting",
@@ -16,6 +16,7 @@ def weighting_events(weights: list[tuple[float, float]]) -> list[dict]:
             "stationarity": 1e-4,
             "fw_gap": 0.0,
             "seconds": 1e-4,
+            **logged,
         }
         for i, (a, b) in enumerate(weights)
     ]
@@ -25,6 +26,11 @@ def test_report_says_when_one_objective_took_all_the_weight():
     events = weighting_events([(0.5, 0.5), (0.3, 0.7), (0.001, 0.999), (0.0, 1.0), (0.0, 1.0), (0.003, 0.997)])
     text = "\n".join(_weighting_section(events))
     assert "From step 30 to the end, **xnli/ar** took 0.999 of the weight on average" in text
+    assert "Pareto stationarity (Theorem 3)" in text and "`weighting.options.floor`" in text
+    # an unfloored run logged with floor 0 reads the same, with no collapse-guard paragraph
+    logged = "\n".join(_weighting_section(weighting_events([(0.0, 1.0)] * 6, floor=0.0, min_d_dot_g=1e-3)))
+    assert "of the weight on average: once an objective is fitted" in logged
+    assert "Collapse guard" not in logged and "min_t dᵀg_t |" not in logged
 
 
 def test_report_is_silent_when_the_weights_stay_spread_or_concentrate_only_at_the_end():
@@ -33,3 +39,43 @@ def test_report_is_silent_when_the_weights_stay_spread_or_concentrate_only_at_th
     interrupted = weighting_events([(0.0, 1.0), (0.0, 1.0), (0.5, 0.5), (0.0, 1.0), (0.0, 1.0), (0.3, 0.7)])
     for events in (spread, late, interrupted):
         assert "of the weight on average" not in "\n".join(_weighting_section(events))
+
+
+def test_floored_run_does_not_claim_theorem2_and_counts_the_steps_that_raised_a_loss():
+    events = weighting_events([(0.3, 0.7), (0.25, 0.75), (0.25, 0.75), (0.3, 0.7)], floor=0.5, min_d_dot_g=2e-4)
+    events[1]["min_d_dot_g"] = -3e-3
+    events[2]["min_d_dot_g"] = -1e-4
+    text = "\n".join(_weighting_section(events))
+    assert "β = 0.5" in text and "| min_t dᵀg_t |" in text and "-3.00e-03" in text
+    assert "not guaranteed to decrease every objective (Theorem 2 holds only for β = 0)" in text
+    assert "min_t dᵀg_t was negative -- some objective's loss rose to first order -- at 2 of 4 logged steps" in text
+    assert "lowest -3.00e-03" in text
+    for e in events:
+        e["min_d_dot_g"] = 1e-4
+    assert "here min_t dᵀg_t stayed ≥ 0 at all 4 logged steps" in "\n".join(_weighting_section(events))
+
+
+def test_floored_run_with_a_dominant_objective_is_described_without_the_collapse_explanation():
+    events = weighting_events([(0.5, 0.5), (0.005, 0.995)] + [(0.005, 0.995)] * 5, floor=0.01, min_d_dot_g=-1e-5)
+    text = "\n".join(_weighting_section(events))
+    assert "**xnli/ar** took 0.995 of the weight on average, with the floor β = 0.01 holding" in text
+    assert "Theorem 3" not in text.split("Collapse guard")[1] and "min-norm direction is about" not in text
+
+
+def test_descent_check_and_metric_are_reported():
+    """With weighting.descent_check the section counts the steps whose applied update decreased every objective
+    (an absent objective's NaN left out of its fraction); with weighting.metric=optimizer it says in which inner
+    product ‖d‖² and the certificate are."""
+    nan = float("nan")
+    changes = [(-1.0, -2.0), (-1.0, 0.5), (-1.0, nan), (0.1, -0.2)]
+    events = weighting_events([(0.5, 0.5)] * 4, metric_preconditioned=1.0)
+    events[0]["metric_preconditioned"] = 0.0
+    for event, (en, ar) in zip(events, changes):
+        common = float(en < 0 and (ar != ar or ar < 0))
+        event.update({"first_order/xnli/en": en, "first_order/xnli/ar": ar, "common_descent": common})
+    text = "\n".join(_weighting_section(events))
+    assert "at 2 of 4 steps (0.50)" in text
+    assert "xnli/en 0.75, xnli/ar 0.67" in text
+    assert "formed in the optimizer's metric" in text and "(at 3 of 4 steps;" in text
+    plain = "\n".join(_weighting_section(weighting_events([(0.5, 0.5)] * 4)))
+    assert "First-order check" not in plain and "optimizer's metric" not in plain

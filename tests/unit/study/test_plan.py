@@ -37,7 +37,10 @@ def plan(path: Path, *overrides: str):
 def test_grid_times_variants_times_seeds(tmp_path):
     path = write_study(
         tmp_path,
-        variants=[{"name": "mean", "overrides": {"weighting.method": "mean"}}, {"name": "lfmlf"}],
+        variants=[
+            {"name": "mean", "overrides": {"weighting.method": "mean", "weighting.options": {}}},
+            {"name": "lfmlf"},
+        ],
         baseline={"variant": "mean"},
     )
     spec, runs = plan(path)
@@ -52,6 +55,52 @@ def test_grid_times_variants_times_seeds(tmp_path):
     )
     assert run.config_path == tmp_path / "study/configs/mean_lr-0.001/seed-0.yaml"
     assert yaml.safe_load(runs[-1].config_yaml)["weighting"]["method"] == "lfmlf"  # the demo's own
+
+
+def test_factors_are_named_axes_crossed_with_variants_and_grid(tmp_path):
+    setups = {
+        "full-sgd": {"model.adapter.method": "full", "training.optimizer": {"name": "sgd", "lr": 0.1}},
+        "lora-adamw": {"model.adapter.method": "multi_lora", "training.optimizer.lr": 0.01},
+    }
+    path = write_study(
+        tmp_path,
+        variants=[
+            {"name": "mean", "overrides": {"weighting.method": "mean", "weighting.options": {}}},
+            {"name": "lfmlf"},
+        ],
+        factors={"setup": setups},
+        grid={"training.max_steps": [5]},
+        baseline={"variant": "mean"},
+    )
+    spec, runs = plan(path, "seeds=[0]")
+    assert spec.axes == ["variant", "setup", "training.max_steps"]
+    cells = expand_cells(spec)
+    assert [c.name for c in cells] == [
+        "mean_full-sgd_max_steps-5",
+        "mean_lora-adamw_max_steps-5",
+        "lfmlf_full-sgd_max_steps-5",
+        "lfmlf_lora-adamw_max_steps-5",
+    ]
+    assert cells[1].axes == {"variant": "mean", "setup": "lora-adamw", "training.max_steps": 5}
+    config = yaml.safe_load(runs[0].config_yaml)
+    assert config["training"]["optimizer"]["name"] == "sgd" and config["model"]["adapter"]["method"] == "full"
+    assert yaml.safe_load(runs[3].config_yaml)["training"]["optimizer"]["lr"] == 0.01
+
+
+def test_exclude_leaves_out_the_cells_it_names(tmp_path):
+    path = write_study(
+        tmp_path,
+        variants=[
+            {"name": "mean", "overrides": {"weighting.method": "mean", "weighting.options": {}}},
+            {"name": "lfmlf"},
+        ],
+        factors={"opt": {"sgd": {"training.optimizer.name": "sgd"}, "adamw": {}}},
+        exclude=[{"variant": "lfmlf", "opt": "sgd"}, {"variant": "mean", "training.optimizer.lr": 0.01}],
+    )
+    spec, runs = plan(path, "seeds=[0]")
+    names = [c.name for c in expand_cells(spec)]
+    assert names == ["mean_sgd_lr-0.001", "mean_adamw_lr-0.001", "lfmlf_adamw_lr-0.001", "lfmlf_adamw_lr-0.01"]
+    assert [r.cell.name for r in runs] == names
 
 
 def test_num_seeds_and_command_line_overrides(tmp_path):
@@ -78,8 +127,15 @@ def test_clashing_axis_names_and_values_stay_apart(tmp_path):
         ({"seeds": None}, "exactly one of seeds"),
         ({"num_seeds": 2}, "exactly one of seeds"),
         ({"seeds": [1, 1]}, "distinct"),
-        ({"baseline": {"weighting.method": "mean"}}, "not a grid axis"),
+        ({"baseline": {"weighting.method": "mean"}}, "not an axis of the study"),
+        ({"factors": {"a.b": {"x": {}}}}, "must be a plain name"),
+        ({"factors": {"opt": {}}}, "has no levels"),
+        ({"factors": {"opt": {"../x": {}}}}, "level name"),
+        ({"factors": {"opt": {"sgd": {}}}, "baseline": {"opt": "adam"}}, "is not one of"),
         ({"baseline": {"training.optimizer.lr": 0.5}}, "is not one of"),
+        ({"exclude": [{"variant": "mean"}]}, "exclude[0]: 'variant' is not an axis"),
+        ({"exclude": [{"training.optimizer.lr": 0.5}]}, "exclude[0]: training.optimizer.lr=0.5 is not one of"),
+        ({"exclude": [{}]}, "exclude[0] is empty"),
         ({"colour": "red"}, "unknown key 'colour'"),
         ({"executor": {"workerz": 2}}, "unknown key 'executor.workerz'; valid keys: name, workers"),
         ({"variants": [{"name": "../x"}]}, "variant name"),
@@ -124,3 +180,21 @@ def test_every_shipped_study_plans(path):
     """Every run of every shipped study resolves to a valid run config."""
     spec, runs = plan(path)
     assert len(runs) == len(expand_cells(spec)) * len(spec.seed_list) > 0
+
+
+def test_a_cell_with_an_unknown_language_is_refused_before_anything_runs(tmp_path):
+    """Beyond the schema: the checks run.py makes before it starts (tasks, languages, metric, data, backbone)."""
+    path = write_study(tmp_path, grid={"data.tasks.0.languages": [["en"], ["xx"]]}, seeds=[0])
+    with pytest.raises(ConfigError, match=r"\[cell languages-xx\]: task 'xnli' has no language\(s\) xx"):
+        plan(path)
+
+
+def test_an_option_added_later_with_its_default_is_no_change():
+    from mtft.study.plan import config_difference
+
+    old = "run: {seed: 1}\npretrain: {tokens: 5}\n"
+    assert config_difference(old, "run: {seed: 1}\npretrain: {tokens: 5, vocabulary: corpus}\n") is None
+    assert "pretrain.vocabulary" in config_difference(
+        old, "run: {seed: 1}\npretrain: {tokens: 5, vocabulary: corpus+tasks}\n"
+    )
+    assert "run.seed: 1 then, 2 now" in config_difference(old, "run: {seed: 2}\npretrain: {tokens: 5}\n")

@@ -135,3 +135,21 @@ def test_a_study_with_no_finished_run_writes_empty_tables_and_no_plot(tmp_path):
 )
 def test_axis_scale(values, scale):
     assert axis_scale(values) == scale
+
+
+def test_runs_from_several_versions_of_the_source_are_flagged(tmp_path):
+    records = grid_records(seeds=(0, 1))
+    unrecorded = aggregate(records, AXES, ["*"], None, CELLS)
+    assert "Code:" not in write_results(tmp_path / "none", unrecorded)["md"].read_text()
+    for record in records:
+        record["code"] = ["aaaaaaaaaaaa"]
+    one = aggregate(records, AXES, ["*"], None, CELLS)
+    text = write_results(tmp_path / "one", one)["md"].read_text()
+    assert one.code_versions == {"aaaaaaaaaaaa": len(records)}
+    assert "Code: every run by mtft source aaaaaaaaaaaa." in text and "versions of the mtft source" not in text
+    records[0]["code"] = ["aaaaaaaaaaaa", "bbbbbbbbbbbb"]  # resumed under an edited source
+    records[1]["code"] = []  # finished before versions were recorded
+    mixed = aggregate(records, AXES, ["*"], None, CELLS)
+    assert mixed.code_versions == {"aaaaaaaaaaaa": len(records) - 1, "bbbbbbbbbbbb": 1, "unrecorded": 1}
+    text = write_results(tmp_path / "mixed", mixed)["md"].read_text()
+    assert "**Code: the complete runs come from 3 versions of the mtft source**" in text

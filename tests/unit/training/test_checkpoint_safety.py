@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mtft.core.atomic import AtomicFolder, is_complete, marker
+from mtft.core.atomic import STAMP, AtomicFolder, is_complete, marker
 from mtft.core.errors import CheckpointError, DiskFullError
 from mtft.training import checkpoint as ckpt
 
@@ -77,7 +77,9 @@ def _checkpoint(tmp_path: Path, step: int = 4) -> Path:
 def test_manifest_records_size_and_hash_of_every_file(tmp_path):
     path = _checkpoint(tmp_path)
     files = marker(path)["files"]
+    # the partial folder's stamp was there when the manifest was taken; it is neither listed nor kept
     assert sorted(files) == ["engine/state.pt", "model.safetensors", "trainer_state.json"]
+    assert not (path / STAMP).exists()
     assert files["engine/state.pt"]["size"] == 10 and len(files["engine/state.pt"]["sha256"]) == 64
     assert ckpt.damage(path) is None
 

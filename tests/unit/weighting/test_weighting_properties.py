@@ -1,13 +1,15 @@
 """Properties of every registered weighting, parametrised over ``WEIGHTINGS`` (as TorchJD tests every aggregator
 against the properties it claims; Quinton & Rey 2024). A method added to the registry is held to the common
 ones without new code; a property that defines only some methods names them below, so a new method joins or
-is exempted explicitly. Method-specific checks (each method against the problem it solves) are in
-test_weightings.py. Gradients are explicit rows of A (Gram A Aᵀ); the methods only ever see the Gram.
+is exempted explicitly. A few option settings that change what a method computes (LF-MLF's floor and gradient
+normalisations) are held to the same properties as methods of their own (``VARIANTS``). Method-specific checks
+(each method against the problem it solves) are in test_weightings.py. Gradients are explicit rows of A (Gram
+A Aᵀ); the methods only ever see the Gram (and the losses, which vary here so that loss normalisers matter).
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -15,23 +17,48 @@ import pytest
 from mtft.pareto import SolverInputError
 from mtft.weighting import WEIGHTINGS, Weighting, build_weighting
 
-ALL = sorted(WEIGHTINGS)
-GRAM = [name for name in ALL if WEIGHTINGS[name].needs_gram]
-LOSS_ONLY = [name for name in ALL if not WEIGHTINGS[name].needs_gram]
+# Option settings tested like methods: id -> (method, options).
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "lfmlf[floor=0.3]": ("lfmlf", {"floor": 0.3}),
+    "lfmlf[normalize=loss]": ("lfmlf", {"normalize": "loss"}),
+    "lfmlf[normalize=loss+]": ("lfmlf", {"normalize": "loss+"}),
+}
+CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {**{name: (name, {}) for name in WEIGHTINGS}, **VARIANTS}
+ALL = sorted(CONFIGS)
+GRAM = [key for key in ALL if WEIGHTINGS[CONFIGS[key][0]].needs_gram]
+LOSS_ONLY = [key for key in ALL if not WEIGHTINGS[CONFIGS[key][0]].needs_gram]
 
 
-def _identity(a: np.ndarray) -> np.ndarray:
+def _build(key: str) -> Weighting:
+    method, options = CONFIGS[key]
+    return build_weighting(method, options)
+
+
+def _identity(a: np.ndarray, losses: np.ndarray) -> np.ndarray:
     return a
 
 
-def _unit(a: np.ndarray) -> np.ndarray:
+def _unit(a: np.ndarray, losses: np.ndarray) -> np.ndarray:
     return a / np.linalg.norm(a, axis=1, keepdims=True)
 
 
+def _per_loss(a: np.ndarray, losses: np.ndarray) -> np.ndarray:
+    return a / losses[:, None]
+
+
+def _unit_per_loss(a: np.ndarray, losses: np.ndarray) -> np.ndarray:
+    return _unit(a, losses) / losses[:, None]
+
+
 # Min-norm methods: the weights are (a rescaling of) the min-norm point of these rows' convex hull
-# (Mao et al. 2022, Problem 2; Sener & Koltun 2018 on unit gradients).
-MIN_NORM: dict[str, Callable[[np.ndarray], np.ndarray]] = {"lfmlf": _identity, "mgda_normalized": _unit}
-SIMPLEX = {"mean", *MIN_NORM}  # w ≥ 0 and Σw = 1
+# (Mao et al. 2022, Problem 2; Sener & Koltun 2018 on normalised gradients).
+MIN_NORM: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "lfmlf": _identity,
+    "mgda_normalized": _unit,
+    "lfmlf[normalize=loss]": _per_loss,
+    "lfmlf[normalize=loss+]": _unit_per_loss,
+}
+SIMPLEX = {"mean", "lfmlf[floor=0.3]", *MIN_NORM}  # w ≥ 0 and Σw = 1
 # Σ_t w_t g_t conflicts with no objective (g_tᵀd ≥ 0): TorchJD's "non-conflicting" property.
 NON_CONFLICTING = {*MIN_NORM, "upgrad"}
 # Weights that may be negative, by the method's definition.
@@ -51,16 +78,21 @@ CASES = [(seed, T, n) for seed, (T, n) in enumerate([(2, 3), (3, 5), (5, 3), (6,
 INDEPENDENT = [case for case in CASES if case[2] >= case[1]]
 
 
-def _weigh(name: str, a: np.ndarray, **options) -> tuple[np.ndarray, Weighting]:
-    m = build_weighting(name, options)
-    return m(np.ones(len(a)), a @ a.T), m
+def _losses(T: int) -> np.ndarray:
+    """Distinct positive losses (a loss normaliser divides by them)."""
+    return 0.5 + np.arange(T) / T
+
+
+def _weigh(key: str, a: np.ndarray, losses: np.ndarray | None = None) -> tuple[np.ndarray, Weighting]:
+    m = _build(key)
+    return m(_losses(len(a)) if losses is None else losses, a @ a.T), m
 
 
 def _scale(a: np.ndarray) -> float:
     return float((a * a).sum(axis=1).max())
 
 
-@pytest.mark.parametrize("name", ALL)
+@pytest.mark.parametrize("name", sorted(WEIGHTINGS))
 def test_registered_under_its_name(name):
     cls = WEIGHTINGS[name]
     assert issubclass(cls, Weighting) and cls.name == name
@@ -82,7 +114,7 @@ def test_shape_dtype_finite_and_state(name, seed, T, n):
 @pytest.mark.parametrize("name", ALL)
 @pytest.mark.parametrize("gram", [[[2.5]], [[0.0]], [[1e-300]]])
 def test_single_objective_gets_weight_one(name, gram):
-    w = build_weighting(name)(np.array([0.7]), np.array(gram))
+    w = _build(name)(np.array([0.7]), np.array(gram))
     assert w.dtype == np.float64 and w.tolist() == [1.0]
 
 
@@ -98,16 +130,7 @@ def test_zero_gradients_give_finite_weights(name, zeros):
         assert (w >= 0).all()
 
 
-_KNOWN_NAN = pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "known: CAGrad.solve_dual takes ρ(0) = ||g_w|| at round-off (4e-14 here, 0 in the hull) for a root bracket, "
-        "Brent's method converges to a τ with ||g_w|| = 0, and the weights are 0/0"
-    ),
-)
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=_KNOWN_NAN) if n == "cagrad" else n for n in ALL])
+@pytest.mark.parametrize("name", ALL)
 def test_zero_gradient_with_zero_in_the_hull_gives_finite_weights(name):
     a = np.array([[0.0, 0.0], [-0.2, 1.1], [0.1, 0.4], [0.0, -0.9]])
     w, m = _weigh(name, a)
@@ -119,7 +142,7 @@ def test_inputs_are_not_modified(name):
     a = _gradients(2, 6, 8)
     losses, gram = np.linspace(0.5, 2.0, 6), a @ a.T
     kept = losses.copy(), gram.copy()
-    build_weighting(name)(losses, gram)
+    _build(name)(losses, gram)
     assert np.array_equal(losses, kept[0]) and np.array_equal(gram, kept[1])
 
 
@@ -127,7 +150,7 @@ def test_inputs_are_not_modified(name):
 @pytest.mark.parametrize("losses", [np.ones((2, 2)), np.ones(0), np.float64(1.0)])
 def test_losses_must_be_a_non_empty_vector(name, losses):
     with pytest.raises(ValueError):
-        build_weighting(name)(losses, np.eye(max(losses.size, 1)))
+        _build(name)(losses, np.eye(max(losses.size, 1)))
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -140,7 +163,7 @@ def test_fresh_instances_are_reproducible(name):
 @pytest.mark.parametrize("name", GRAM)
 def test_gram_is_required(name):
     with pytest.raises(ValueError, match="needs_gram"):
-        build_weighting(name)(np.ones(3), None)
+        _build(name)(np.ones(3), None)
 
 
 BAD_GRAMS = {
@@ -158,7 +181,7 @@ BAD_GRAMS = {
 def test_unusable_gram_is_refused_in_one_line(name, bad):
     gram, error, message = BAD_GRAMS[bad]
     with pytest.raises(error, match=message) as info:
-        build_weighting(name)(np.ones(2), gram)
+        _build(name)(np.ones(2), gram)
     assert "\n" not in str(info.value)
 
 
@@ -168,12 +191,12 @@ def test_round_off_asymmetry_is_averaged_away(name):
     gram = a @ a.T
     noisy = gram + 1e-9 * _scale(a) * np.triu(np.random.default_rng(0).standard_normal((5, 5)), 1)
     averaged = 0.5 * noisy + 0.5 * noisy.T
-    assert build_weighting(name)(np.ones(5), noisy).tobytes() == build_weighting(name)(np.ones(5), averaged).tobytes()
+    assert _build(name)(_losses(5), noisy).tobytes() == _build(name)(_losses(5), averaged).tobytes()
 
 
 @pytest.mark.parametrize("name", LOSS_ONLY)
 def test_loss_only_weighting_ignores_the_gram(name):
-    m = build_weighting(name)
+    m = _build(name)
     assert np.array_equal(m(np.ones(3)), m(np.ones(3), np.full((2, 2), np.nan)))
 
 
@@ -196,7 +219,7 @@ def test_on_the_simplex(name, seed, T, n):
 def test_min_norm_point_satisfies_theorem2(name, seed, T, n):
     """Mao et al. 2022, Theorem 2: the min-norm d = Σ_t v_t u_t has u_tᵀd ≥ ||d||² for every t."""
     a = _gradients(seed, T, n)
-    u = MIN_NORM[name](a)
+    u = MIN_NORM[name](a, _losses(T))
     w, _ = _weigh(name, a)
     # Σ_t w_t g_t = c Σ_t v_t u_t with v on the simplex: v_t ∝ w_t ||g_t|| / ||u_t||
     v = w * np.linalg.norm(a, axis=1) / np.linalg.norm(u, axis=1)
@@ -220,7 +243,7 @@ def test_permutation_equivariant(name, seed, T, n):
     a = _gradients(seed, T, n)
     perm = np.random.default_rng(seed).permutation(T)
     w, _ = _weigh(name, a)
-    w_perm, _ = _weigh(name, a[perm])
+    w_perm, _ = _weigh(name, a[perm], _losses(T)[perm])
     assert np.allclose(w_perm, w[perm], rtol=1e-8, atol=1e-10 * np.abs(w).max())
 
 

@@ -150,6 +150,28 @@ def test_bad_options_of_a_user_weighting_are_one_line(user_module, monkeypatch, 
     assert "\n" not in message
 
 
+def test_lfmlf_floor_and_normalize_load_from_the_config(monkeypatch):
+    config = _load(monkeypatch, "weighting.method=lfmlf", "weighting.options={floor: 0.1, normalize: loss+}")
+    m = build_weighting(config.weighting.method, config.weighting.options)
+    assert isinstance(m, LFMLF) and (m.floor, m.normalize) == (0.1, "loss+")
+
+
+@pytest.mark.parametrize(
+    "options, expected",
+    [
+        ("{floor: 1.5}", "floor must be in [0, 1] (each weight is kept ≥ floor/T), got 1.5"),
+        ("{floor: .nan}", "floor must be in [0, 1] (each weight is kept ≥ floor/T), got nan"),
+        ("{floor: high}", "floor must be a number in [0, 1], got 'high'"),
+        ("{normalize: l1}", "lfmlf normalize must be one of none, l2, loss, loss+, got 'l1'"),
+    ],
+)
+def test_bad_lfmlf_options_are_one_line(monkeypatch, options, expected):
+    with pytest.raises(ConfigError) as info:
+        _load(monkeypatch, "weighting.method=lfmlf", f"weighting.options={options}")
+    message = str(info.value)
+    assert "do not fit weighting 'lfmlf'" in message and expected in message and "\n" not in message
+
+
 def test_register_weighting_makes_a_name(user_module, restored_registry, monkeypatch):
     cls = weighting_class(f"{user_module}:InverseNorm")
     named = type("Inverse", (cls,), {"name": "inverse_norm", "__module__": user_module})

@@ -4,12 +4,14 @@ The properties shared by every registered weighting are in test_weighting_proper
 
 from __future__ import annotations
 
+import re
+
 import cvxpy as cp
 import numpy as np
 import pytest
 
-from mtft.pareto import solve_min_norm
-from mtft.weighting import WEIGHTINGS, CAGrad, PCGrad, UPGrad, build_weighting
+from mtft.pareto import SolverInputError, solve_min_norm
+from mtft.weighting import LFMLF, WEIGHTINGS, CAGrad, MGDANormalized, PCGrad, UPGrad, build_weighting
 
 GRAM_METHODS = ["lfmlf", "mgda_normalized", "pcgrad", "cagrad", "imtl_g", "upgrad"]
 
@@ -61,6 +63,109 @@ def test_lfmlf_pareto_stationary():
     m = build_weighting("lfmlf")
     w = m(np.ones(3), a @ a.T)
     assert np.allclose(w @ a, 0, atol=1e-12) and m.state()["stationarity"] < 1e-20
+
+
+@pytest.mark.parametrize("seed, T, n", CASES)
+@pytest.mark.parametrize("floor", [0.1, 0.5])
+def test_lfmlf_floor_solves_the_floored_problem(seed, T, n, floor):
+    a = _gradients(seed, T, n)
+    gram = a @ a.T
+    m = build_weighting("lfmlf", {"floor": floor})
+    w = m(np.ones(T), gram)
+    w_ref = LFMLF(solver="cvxpy", floor=floor)(np.ones(T), gram)
+    assert w.min() >= floor / T and abs(w.sum() - 1) < 1e-12
+    d, d_ref = w @ a, w_ref @ a
+    assert d @ d <= d_ref @ d_ref * (1 + 1e-9) + 1e-12 * np.diag(gram).max()
+    s = m.state()
+    assert s["floor"] == floor and s["min_d_dot_g"] == pytest.approx((a @ d).min(), rel=1e-9, abs=1e-15)
+    assert s["d_norm_sq"] == pytest.approx(d @ d, rel=1e-9) and s["fw_gap"] <= 1e-12 * np.diag(gram).max()
+
+
+def test_lfmlf_floor_keeps_the_other_objectives_learning():
+    """A fitted objective (tiny gradient) takes all the weight without the floor, at most 1 − (T−1)β/T with it."""
+    a = np.array([[1e-3, 0.0, 0.0], [1.0, 0.2, 0.0], [0.8, 0.0, 0.5]])
+    w = build_weighting("lfmlf")(np.ones(3), a @ a.T)
+    assert w[0] > 0.99
+    m = build_weighting("lfmlf", {"floor": 0.3})
+    w = m(np.ones(3), a @ a.T)
+    assert w[1:].min() >= 0.3 / 3 and w[0] <= 0.8 + 1e-12
+    assert (a @ (w @ a))[1:].min() > 0.1  # the others now decrease markedly along −d
+
+
+@pytest.mark.parametrize("floor", [-0.1, 1.01, float("nan"), "0.1", None])
+def test_lfmlf_floor_is_validated(floor):
+    with pytest.raises(ValueError, match="floor must be"):
+        build_weighting("lfmlf", {"floor": floor})
+
+
+def _normalised(a: np.ndarray, losses: np.ndarray, normalize: str) -> np.ndarray:
+    """Sener & Koltun (2018)'s normalisers on explicit vectors: g_t / c_t."""
+    norms = np.linalg.norm(a, axis=1)
+    c = {"none": np.ones(len(a)), "l2": norms, "loss": losses, "loss+": losses * norms}[normalize]
+    return a / c[:, None]
+
+
+@pytest.mark.parametrize("normalize", ["none", "l2", "loss", "loss+"])
+@pytest.mark.parametrize("seed, T, n", CASES[:4])
+def test_lfmlf_normalize_is_the_min_norm_direction_of_the_normalised_gradients(seed, T, n, normalize):
+    a = _gradients(seed, T, n)
+    losses = np.random.default_rng(seed).uniform(0.05, 3.0, T)
+    u = _normalised(a, losses, normalize)
+    v_exact, _ = solve_min_norm(u @ u.T)  # the exact solver on the explicitly normalised vectors
+    _, ref = solve_min_norm(u @ u.T, backend="cvxpy")
+    m = build_weighting("lfmlf", {"normalize": normalize})
+    w = m(losses, a @ a.T)
+    assert (w >= 0).all() and abs(w.sum() - 1) < 1e-12
+    d = w @ a  # = Σ v_t u_t up to a positive factor
+    du = (v_exact @ u) * (d @ (v_exact @ u)) / ((v_exact @ u) @ (v_exact @ u))
+    assert np.allclose(d, du, atol=1e-9 * np.linalg.norm(d))
+    s = m.state()
+    assert s["objective"] <= ref.objective * (1 + 1e-9) + 1e-12 * np.diag(u @ u.T).max()  # normalised units
+    assert s["d_norm_sq"] == pytest.approx(d @ d, rel=1e-9) and s["min_d_dot_g"] == pytest.approx((a @ d).min())
+
+
+def test_normalisation_breaks_the_mean_gradient_bound_that_the_floor_keeps():
+    """g_1 = (0, 1) short; l2 puts the weight on the long g_2, g_3: ||d|| = 4 > ||ḡ|| = 3."""
+    a = np.array([[0.0, 1.0], [-4.0, 4.0], [4.0, 4.0]])
+    mean_norm = np.linalg.norm(a.mean(axis=0))
+    w = build_weighting("lfmlf", {"normalize": "l2"})(np.ones(3), a @ a.T)
+    assert np.allclose(w, [0.0, 0.5, 0.5]) and np.linalg.norm(w @ a) == pytest.approx(4.0) and mean_norm == 3.0
+    for floor in (0.0, 0.3, 0.9):
+        w = build_weighting("lfmlf", {"floor": floor})(np.ones(3), a @ a.T)
+        assert np.linalg.norm(w @ a) <= mean_norm + 1e-12
+
+
+def test_mgda_normalized_is_lfmlf_with_l2():
+    a = _gradients(6, 8, 12)
+    assert issubclass(MGDANormalized, LFMLF) and MGDANormalized().normalize == "l2"
+    w = build_weighting("mgda_normalized")(np.ones(8), a @ a.T)
+    assert w.tobytes() == build_weighting("lfmlf", {"normalize": "l2"})(np.ones(8), a @ a.T).tobytes()
+
+
+def test_lfmlf_loss_normalisers_leave_out_zero_losses_and_refuse_negative_ones():
+    a = _gradients(7, 4, 6)
+    m = build_weighting("lfmlf", {"normalize": "loss+"})
+    w = m(np.array([0.5, 0.0, 1.0, 2.0]), a @ a.T)
+    assert w[1] == 0.0 and abs(w.sum() - 1) < 1e-12 and m.state()["left_out"] == 1.0
+    for normalize in ("loss", "loss+"):
+        for bad in (-0.2, np.nan):
+            with pytest.raises(
+                SolverInputError, match=re.escape(f"normalize='{normalize}'") + ".*objective 2 has loss"
+            ):
+                build_weighting("lfmlf", {"normalize": normalize})(np.array([0.5, 1.0, bad, 2.0]), a @ a.T)
+    # l2 does not look at the losses
+    assert np.isfinite(build_weighting("lfmlf", {"normalize": "l2"})(np.array([0.5, 1.0, -1.0, 2.0]), a @ a.T)).all()
+    with pytest.raises(ValueError, match="normalize must be one of none, l2, loss, loss\\+"):
+        build_weighting("lfmlf", {"normalize": "l1"})
+
+
+def test_lfmlf_normalize_with_floor_floors_the_normalised_weights():
+    a = _gradients(8, 5, 9)
+    m = build_weighting("lfmlf", {"normalize": "l2", "floor": 0.5})
+    w = m(np.ones(5), a @ a.T)
+    v = w * np.linalg.norm(a, axis=1)
+    v /= v.sum()  # back to the weights of the unit gradients
+    assert v.min() >= 0.1 - 1e-12 and m.state()["floor"] == 0.5
 
 
 @pytest.mark.parametrize("seed, T, n", CASES)

@@ -1,0 +1,65 @@
+"""The job object both executors run: its command, environment and outcome, without training anything."""
+
+from __future__ import annotations
+
+import sys
+
+from mtft.core.atomic import AtomicFolder
+from mtft.core.version import code_version
+from mtft.study.jobs import RunJob, error_line
+from mtft.study.state import read_status, record_attempt
+
+
+def job(tmp_path, **extra) -> RunJob:
+    return RunJob(
+        key="c/seed-0",
+        config_path=str(tmp_path / "c.yaml"),
+        run_dir=str(tmp_path / "run"),
+        log_path=str(tmp_path / "logs" / "c.log"),
+        status_path=str(tmp_path / "status" / "c.json"),
+        cwd=str(tmp_path),
+        **extra,
+    )
+
+
+def test_a_started_run_is_resumed_and_a_new_one_is_not(tmp_path):
+    assert job(tmp_path).command() == [sys.executable, "-m", "mtft", "--config", str(tmp_path / "c.yaml")]
+    with AtomicFolder(tmp_path / "run").writing(kind="run"):
+        pass
+    assert job(tmp_path).command()[-1] == "--resume"
+
+
+def test_threads_and_no_leaked_launch_variables(tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("MASTER_PORT", "1234")
+    env = job(tmp_path, threads=2).environment()
+    assert env["OMP_NUM_THREADS"] == "2" and "RANK" not in env and "MASTER_PORT" not in env
+
+
+def test_error_line_is_the_runs_own_error_else_its_last_line(tmp_path):
+    log = tmp_path / "log"
+    log.write_text("[mtft] step 1\nerror: data file x.jsonl is not UTF-8\n\n")
+    assert error_line(log) == "error: data file x.jsonl is not UTF-8"
+    log.write_text("Traceback (most recent call last):\n  ...\nRuntimeError: boom\n")
+    assert error_line(log) == "RuntimeError: boom"
+
+
+def test_a_failing_run_is_recorded_with_its_error_line(tmp_path):
+    (tmp_path / "c.yaml").write_text("run: {name: x\n")  # broken YAML: the child exits 2 with one error line
+    outcome = job(tmp_path)()
+    assert outcome["status"] == "failed" and outcome["returncode"] == 2
+    status = read_status(tmp_path / "status" / "c.json")
+    assert status["status"] == "failed" and status["error"].startswith("error: ") and status["attempts"] == 1
+    assert status["code"] == [code_version()]  # the source the run was launched with
+    job(tmp_path)()
+    again = read_status(tmp_path / "status" / "c.json")
+    assert again["attempts"] == 2 and again["code"] == [code_version()]  # one version, listed once
+
+
+def test_a_run_resumed_under_other_code_keeps_both_versions(tmp_path):
+    path = tmp_path / "status.json"
+    old, new = {"source": "aaaaaaaaaaaa", "commit": None}, {"source": "bbbbbbbbbbbb", "commit": "0123456789ab"}
+    record_attempt(path, "interrupted", 143, 5.0, "stopped", old)
+    record_attempt(path, "finished", 0, 7.0, None, new)
+    status = read_status(path)
+    assert status["code"] == [old, new] and status["wall_s"] == 12.0 and status["attempts"] == 2
