@@ -14,9 +14,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import warnings
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Union
 
 import peft
 import torch
@@ -158,7 +159,9 @@ def peft_model_for(
 ) -> peft.PeftModel:
     """Routing slot ``slot`` (named ``name``) of ``encoder`` as a one-adapter PEFT model on the base encoder,
     its config pointing at ``base_ref``."""
-    model = peft.get_peft_model(base_encoder(encoder), method.peft_config())
+    config = method.peft_config()
+    config.target_modules = without_pooler(config.target_modules)
+    model = peft.get_peft_model(base_encoder(encoder), config)
     model.peft_config["default"].base_model_name_or_path = base_ref  # PEFT fills in the in-memory model's path
     ours = method.adapter_weights(encoder, slot, name)
     theirs = {n.removeprefix("base_model.model."): m for n, m in model.named_modules() if isinstance(m, LoraLayer)}
@@ -169,6 +172,18 @@ def peft_model_for(
             theirs[layer_name].lora_A["default"].weight.copy_(a)
             theirs[layer_name].lora_B["default"].weight.copy_(b)
     return model
+
+
+def without_pooler(targets: Union[str, set[str], list[str]]) -> Union[str, set[str], list[str]]:
+    """``target_modules`` as a regex that PEFT matches like the names given (a module named so, or ending in
+    ``.name``) but never under ``pooler.``. mtft's encoders have no pooler (the heads pool for themselves), so no
+    adapter was trained there; loaded back on a checkpoint that ships one (BERT, MiniLM), the names alone would put
+    an untrained LoRA on ``pooler.dense`` and PEFT would warn about its missing weights. (PEFT's
+    ``exclude_modules`` warns instead wherever there is no pooler to exclude.) A regex of the user's own is kept."""
+    if isinstance(targets, str):
+        return targets
+    names = "|".join(re.escape(name) for name in sorted(targets))
+    return rf"(?!pooler\.)(?:.*\.)?(?:{names})"
 
 
 def _write_head(run: LoadedRun, task: str, folder: Path) -> None:
