@@ -87,7 +87,8 @@ def test_export_loads_back_on_the_minilm_folder(minilm_run, tmp_path):
     assert enc["token_type_ids"].max() == 1  # BERT's segments reach the encoder on both sides
     adapter = exported / "xnli"
     with warnings.catch_warnings():
-        warnings.simplefilter("error", UserWarning)  # e.g. PEFT's "missing adapter keys" for a pooler the run never adapted
+        # e.g. PEFT's "missing adapter keys" for a pooler the run never adapted
+        warnings.simplefilter("error", UserWarning)
         model = peft.PeftModel.from_pretrained(AutoModel.from_pretrained(str(folder)), str(adapter)).eval()
     meta = json.loads((adapter / "head.json").read_text())
     head = build_head(meta["kind"], meta["hidden_size"], meta["label_names"], 0.0)
