@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
+from mtft.config.deepspeed import zero_stage
 from mtft.config.schema import RunConfig
 from mtft.core.errors import CheckpointError, ConfigError
 from mtft.data.selection import check_tasks
@@ -25,6 +26,11 @@ from mtft.training.setup import check_output_dir
 def preflight(config: RunConfig) -> Optional[Path]:
     """Check a fine-tuning run (``run.stage: finetune``) and return the checkpoint to resume from (None: step 0)."""
     deepspeed_config(config, int(os.environ.get("WORLD_SIZE", 1)))  # the DeepSpeed JSON and the precision
+    if config.pretrain.before_finetune and zero_stage(config) == 3:  # one rule, whether the cache is filled or not
+        raise ConfigError(
+            "pretrain.before_finetune pre-trains with the run's DeepSpeed config, and pre-training evaluates L_p on "
+            f"full weights: use ZeRO stage 0-2, not 3 (from {config.training.deepspeed_config})"
+        )
     resume_from = check_output_dir(config)
     if resume_from is not None:
         check_world_size(resume_from, int(os.environ.get("WORLD_SIZE", 1)))
