@@ -314,8 +314,9 @@ def _tree(folder: Path) -> dict[str, str]:
 @pytest.mark.multiprocess
 @pytest.mark.timeout(600)
 def test_resume_with_another_process_count_is_refused_before_anything_loads(tmp_path):
-    """A run of 2 processes resumed by 1, and one of 1 process resumed by 2 (its last checkpoint): one error line naming both
-    counts (on every rank), exit 2, no rank says it resumed, and the run directory is left byte for byte."""
+    """A run of 2 processes resumed by 1, and one of 1 process resumed by 2 (its last checkpoint): one error line
+    naming both counts (on every rank), exit 2, no rank says it resumed, and the run directory is left byte for
+    byte."""
     extra = {"checkpointing.every_steps": 2, "evaluation.every_steps": None, "training.micro_batch_size": 8}
     two = tmp_path / "two"
     result = run_torchrun("--config", BASE_CONFIG, *base_overrides(two, 4, **extra))
