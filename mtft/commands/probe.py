@@ -149,6 +149,7 @@ def _finetune_checkpoint(folder: Path, args):
     from mtft.config.paths import cache_dir
     from mtft.forgetting.head_fit import fitted_head
     from mtft.forgetting.mlm import attach_head, load_mlm_checkpoint
+    from mtft.training.checkpoint import latest_checkpoint, saved_world_size
     from mtft.training.pretrain import MARKER, prelude_key, task_languages, tiny_task_texts
     from mtft.training.restore import find_run_dir, load_run
 
@@ -167,7 +168,16 @@ def _finetune_checkpoint(folder: Path, args):
     languages = config.corpus.languages or task_languages(config)
     if config.pretrain.before_finetune:
         backbone, revision = (
-            str(cache_dir(config) / "pretrained" / prelude_key(config, languages, tiny_task_texts(config))),
+            str(
+                cache_dir(config)
+                / "pretrained"
+                / prelude_key(
+                    config,
+                    languages,
+                    tiny_task_texts(config),
+                    saved_world_size(latest_checkpoint(run.run_dir) or run.checkpoint),
+                )
+            ),
             None,
         )
         if not (Path(backbone) / MARKER).is_file():

@@ -102,6 +102,18 @@ def save_checkpoint(
     return folder.final
 
 
+def saved_world_size(checkpoint: Path) -> int:
+    """How many processes saved ``checkpoint``: recorded in its trainer state, else (a checkpoint from before
+    that record) the number of per-rank RNG files, one per process."""
+    try:
+        recorded = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8")).get("world_size")
+    except (OSError, ValueError):
+        recorded = None
+    if isinstance(recorded, int) and recorded > 0:
+        return recorded
+    return max(1, len(list(checkpoint.glob("rng-rank*.safetensors"))))
+
+
 def latest_checkpoint(run_dir: Path) -> Optional[Path]:
     folder = run_dir / "checkpoints"
     if not folder.is_dir():

@@ -12,11 +12,13 @@ import os
 from pathlib import Path
 from typing import Optional
 
+from mtft.config.deepspeed import zero_stage
 from mtft.config.schema import RunConfig
-from mtft.core.errors import ConfigError
+from mtft.core.errors import CheckpointError, ConfigError
 from mtft.data.selection import check_tasks
 from mtft.forgetting.corpus import check_corpus_files
 from mtft.models.backbone import check_backbone
+from mtft.training.checkpoint import saved_world_size
 from mtft.training.engine import deepspeed_config
 from mtft.training.setup import check_output_dir
 
@@ -24,7 +26,14 @@ from mtft.training.setup import check_output_dir
 def preflight(config: RunConfig) -> Optional[Path]:
     """Check a fine-tuning run (``run.stage: finetune``) and return the checkpoint to resume from (None: step 0)."""
     deepspeed_config(config, int(os.environ.get("WORLD_SIZE", 1)))  # the DeepSpeed JSON and the precision
+    if config.pretrain.before_finetune and zero_stage(config) == 3:  # one rule, whether the cache is filled or not
+        raise ConfigError(
+            "pretrain.before_finetune pre-trains with the run's DeepSpeed config, and pre-training evaluates L_p on "
+            f"full weights: use ZeRO stage 0-2, not 3 (from {config.training.deepspeed_config})"
+        )
     resume_from = check_output_dir(config)
+    if resume_from is not None:
+        check_world_size(resume_from, int(os.environ.get("WORLD_SIZE", 1)))
     selected = check_tasks(config)  # tasks, languages, protocols, settings, metric_for_best, local data files
     check_backbone(config.model)
     if config.forgetting.enabled or config.pretrain.before_finetune:  # L_p's held-out texts, pre-training's texts
@@ -32,6 +41,19 @@ def preflight(config: RunConfig) -> Optional[Path]:
         languages = config.corpus.languages or list(dict.fromkeys(task_languages))
         check_corpus_files(config, languages, pretraining=config.pretrain.before_finetune)
     return resume_from
+
+
+def check_world_size(checkpoint: Path, world_size: int) -> None:
+    """Refuse, on every rank and before anything loads, to resume a checkpoint with another number of processes:
+    the global batch, each rank's data stream and RNG state, and a ZeRO optimizer's partitions all depend on it,
+    so a resumed run would silently train another run (or fail half-way on one rank)."""
+    saved = saved_world_size(checkpoint)
+    if saved != world_size:
+        raise CheckpointError(
+            f"{checkpoint} was saved by {saved} process(es) and this resume runs {world_size}: the global batch, "
+            f"the data order and the optimizer state depend on it; resume with {saved} process(es) "
+            f"(e.g. torchrun --nproc_per_node {saved} ... --resume), or start a new run.output_dir"
+        )
 
 
 def preflight_pretrain(config: RunConfig) -> None:

@@ -202,9 +202,12 @@ def task_languages(config: RunConfig) -> list[str]:
     return list(dict.fromkeys(lang for chosen in select_tasks(config) for lang in chosen.languages))
 
 
-def prelude_key(config: RunConfig, languages: list[str], texts: Sequence[str] = ()) -> str:
+def prelude_key(config: RunConfig, languages: list[str], texts: Sequence[str] = (), world_size: int = 1) -> str:
     """A hash of everything that determines the pre-trained checkpoint of ``pretrain.before_finetune``
-    (``texts``: the task texts a tiny tokenizer is trained on besides the corpus)."""
+    (``texts``: the task texts a tiny tokenizer is trained on besides the corpus). The process count is part of
+    it: ``pretrain.micro_batch_size`` is per process, so N processes take N times the batch and 1/N of the steps
+    over the same token budget -- another checkpoint (one process keys as before the count was part of the key);
+    so is the ZeRO stage, whose reduction order changes the weights at round-off."""
     model = config.model.model_dump(mode="json", exclude={"adapter", "classifier_dropout"})
     parts = {
         "version": PRETRAIN_VERSION,
@@ -218,6 +221,8 @@ def prelude_key(config: RunConfig, languages: list[str], texts: Sequence[str] = 
         "corpus_files": _corpus_digest(config, languages),
         "task_texts": hashlib.sha256("\0".join(texts).encode()).hexdigest() if texts else None,
     }
+    if world_size > 1 or zero_stage(config) > 0:
+        parts.update(processes=world_size, zero_stage=zero_stage(config))
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
 
 
@@ -241,7 +246,7 @@ def pretrained_backbone(config: RunConfig, proc: ProcessInfo) -> RunConfig:
     quiet_progress()
     languages = config.corpus.languages or task_languages(config)
     texts = tiny_task_texts(config)
-    folder = cache_dir(config) / "pretrained" / prelude_key(config, languages, texts)
+    folder = cache_dir(config) / "pretrained" / prelude_key(config, languages, texts, proc.world_size)
     if (folder / MARKER).is_file():
         logger.info(f"pre-trained backbone from the cache: {folder}")
     else:

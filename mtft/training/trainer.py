@@ -373,6 +373,7 @@ class Run:
     def _trainer_state(self) -> dict[str, Any]:
         return {
             "step": self.step,
+            "world_size": self.proc.world_size,  # a resume with another process count is refused (preflight)
             "sampler": self.sampler.state_dict(),
             "best": self.best,
             "objectives": self.data.objective_names,

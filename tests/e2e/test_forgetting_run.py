@@ -4,6 +4,7 @@ pre-training stage and its cache, and ``run.py probe``."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -282,7 +283,11 @@ def test_two_processes_share_lambda_p_and_report_the_same_forgetting(tmp_path):
     }
     result = run_cli(*monitored(one, 8, **common, **{"training.micro_batch_size": 16}))
     assert result.returncode == 0, result.stderr[-3000:]
-    result = run_torchrun(*monitored(two, 8, **common, **{"training.micro_batch_size": 8}))
+    # the same θ_p: the pre-training cache is keyed on the process count (two processes would pre-train another
+    # backbone), so the two-process run fine-tunes the backbone the one-process run pre-trained, by its folder
+    [backbone] = set(re.findall(r"(?<![\w=])/\S+/pretrained/[0-9a-f]{24}", result.stdout + result.stderr))
+    same_backbone = {"model.backbone": backbone, "pretrain.before_finetune": False}
+    result = run_torchrun(*monitored(two, 8, **common, **same_backbone, **{"training.micro_batch_size": 8}))
     assert result.returncode == 0, result.stderr[-5000:]
     [a], [b] = events_of(one, "lambda_p"), events_of(two, "lambda_p")
     assert b["cached"] is True and a["lambda_p"] == b["lambda_p"]  # the same θ_p: rank 0's cached value

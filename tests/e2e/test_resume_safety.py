@@ -18,7 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import BASE_CONFIG, REPO, base_overrides, clean_env, read_jsonl, run_cli
+from tests.conftest import BASE_CONFIG, REPO, base_overrides, clean_env, read_jsonl, run_cli, run_torchrun
 
 pytestmark = pytest.mark.slow
 
@@ -303,3 +303,35 @@ def test_zero2_engine_state_resumes_through_the_safe_loader(tmp_path):
     expected = load_file(str(straight / "checkpoints" / step_name(4) / "model.safetensors"))
     got = load_file(str(out / "checkpoints" / step_name(4) / "model.safetensors"))
     assert expected.keys() == got.keys() and all(torch.equal(expected[k], got[k]) for k in expected)
+
+
+def _tree(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*") if p.is_file()
+    }
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(600)
+def test_resume_with_another_process_count_is_refused_before_anything_loads(tmp_path):
+    """A run of 2 processes resumed by 1, and one of 1 process resumed by 2 (its last checkpoint): one error line
+    naming both counts (on every rank), exit 2, no rank says it resumed, and the run directory is left byte for
+    byte."""
+    extra = {"checkpointing.every_steps": 2, "evaluation.every_steps": None, "training.micro_batch_size": 8}
+    two = tmp_path / "two"
+    result = run_torchrun("--config", BASE_CONFIG, *base_overrides(two, 4, **extra))
+    assert result.returncode == 0, result.stderr[-3000:]
+    before = _tree(two)
+    result = run_cli("--config", BASE_CONFIG, *base_overrides(two, 4, **extra), "--resume")
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "saved by 2 process(es) and this resume runs 1" in result.stderr and "resumed from" not in result.stdout
+    assert "Traceback" not in result.stderr and _tree(two) == before
+
+    one = tmp_path / "one"
+    result = run_cli("--config", BASE_CONFIG, *base_overrides(one, 4, **extra))
+    assert result.returncode == 0, result.stderr[-3000:]
+    before = _tree(one)
+    result = run_torchrun("--config", BASE_CONFIG, *base_overrides(one, 4, **extra), "--resume")
+    assert result.returncode != 0
+    assert result.stderr.count("saved by 1 process(es) and this resume runs 2") == 2  # each rank, before DeepSpeed
+    assert "resumed from" not in result.stdout + result.stderr and _tree(one) == before

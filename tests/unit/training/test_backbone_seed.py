@@ -16,6 +16,17 @@ def test_pretraining_cache_key_ignores_the_fine_tuning_seed():
     assert prelude_key(load_config(DEMO, ["run.seed=1", "pretrain.seed=3"]), languages) != key
 
 
+def test_pretraining_cache_key_follows_the_process_count_and_zero_stage():
+    """N processes pre-train N times the batch for 1/N of the steps: another checkpoint, another cache entry."""
+    languages = ["en", "de"]
+    config = load_config(DEMO, [])
+    one = prelude_key(config, languages)
+    assert prelude_key(config, languages, world_size=1) == one
+    assert prelude_key(config, languages, world_size=2) not in (one, prelude_key(config, languages, world_size=4))
+    zero2 = load_config(DEMO, [f"training.deepspeed_config={REPO / 'configs/deepspeed/zero2.json'}"])
+    assert prelude_key(zero2, languages) != one
+
+
 def test_tiny_encoder_weights_follow_their_init_seed(tmp_path):
     import torch
 

@@ -88,6 +88,16 @@ CASES = {
         DataError,
         "corpus.path: no such folder",
     ),
+    "pre-training first under ZeRO-3 (cached or not)": (
+        lambda t: {
+            "pretrain": {"before_finetune": True},
+            "corpus": {"languages": ["en"]},
+            "training": {"deepspeed_config": str(REPO / "configs/deepspeed/zero3.json")},
+            "weighting": {"method": "mean"},
+        },
+        ConfigError,
+        "pretrain.before_finetune .*use ZeRO stage 0-2, not 3",
+    ),
     "backbone folder missing": (
         lambda t: {"model": {"backbone": str(t / "model")}},
         ConfigError,
