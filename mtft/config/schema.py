@@ -535,6 +535,45 @@ class ForgettingSection(Section):
     )
 
 
+class SurtSection(Section):
+    """SURT, self unsupervised re-training (Fu, So & Collier, 2023): masked-LM re-training of the backbone on the
+    fine-tuning tasks' own training text, labels dropped, before fine-tuning starts from it."""
+
+    enabled: bool = Field(
+        False,
+        description="Re-train model.backbone (after pretrain.before_finetune, if set) with masked-LM on the training "
+        "text of data.tasks, then fine-tune from that checkpoint; cached by content, like pre-training.",
+    )
+    tokens: int = Field(200_000, ge=1, description="Token budget of the re-training (packed input tokens).")
+
+
+class StabilitySection(Section):
+    """Methods for stable fine-tuning (Fu, So & Collier, 2023, "A stability analysis of fine-tuning a pre-trained
+    model") and the baselines they are compared with; each is off by default and combines with the adapter methods
+    where docs/stability.md says it does."""
+
+    mmr: float = Field(
+        0.0,
+        ge=0.0,
+        description="α of the max-margin regulariser (eq. 8-9): α / (1 + distance between the class centres of the "
+        "features each classification head receives), added to the loss; 0: off.",
+    )
+    heads: int = Field(
+        1,
+        ge=1,
+        description="MHLoss (eq. 10): H heads of the same shape trained at once, loss averaged over the heads; "
+        "prediction, the best weights and export use the averaged head (the paper's default is 50); 1: off.",
+    )
+    mixout: float = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        description="Mixout probability p (Lee et al., 2020): each encoder weight is replaced by its pre-trained value "
+        "with probability p during training, rescaled so its expectation is the fine-tuned weight; 0: off.",
+    )
+    surt: SurtSection = Field(default_factory=SurtSection, description="Self unsupervised re-training (SURT).")
+
+
 class RunConfig(Section):
     run: RunSection = Field(default_factory=RunSection, description="Run identity and output.")
     model: ModelSection = Field(default_factory=ModelSection, description="Backbone and heads.")
@@ -547,6 +586,9 @@ class RunConfig(Section):
     corpus: CorpusSection = Field(default_factory=CorpusSection, description="Generic text of the masked-LM loss L_p.")
     pretrain: PretrainSection = Field(default_factory=PretrainSection, description="Masked-LM pre-training.")
     forgetting: ForgettingSection = Field(default_factory=ForgettingSection, description="Forgetting monitors.")
+    stability: StabilitySection = Field(
+        default_factory=StabilitySection, description="Stable fine-tuning methods (MMR, MHLoss, Mixout, SURT)."
+    )
 
     @model_validator(mode="after")
     def _stage_needs(self) -> "RunConfig":
