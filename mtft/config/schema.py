@@ -535,18 +535,6 @@ class ForgettingSection(Section):
     )
 
 
-class SurtSection(Section):
-    """SURT, self unsupervised re-training (Fu, So & Collier, 2023): masked-LM re-training of the backbone on the
-    fine-tuning tasks' own training text, labels dropped, before fine-tuning starts from it."""
-
-    enabled: bool = Field(
-        False,
-        description="Re-train model.backbone (after pretrain.before_finetune, if set) with masked-LM on the training "
-        "text of data.tasks, then fine-tune from that checkpoint; cached by content, like pre-training.",
-    )
-    tokens: int = Field(200_000, ge=1, description="Token budget of the re-training (packed input tokens).")
-
-
 class StabilitySection(Section):
     """Methods for stable fine-tuning (Fu, So & Collier, 2023, "A stability analysis of fine-tuning a pre-trained
     model") and the baselines they are compared with; each is off by default and combines with the adapter methods
@@ -571,7 +559,6 @@ class StabilitySection(Section):
         description="Mixout probability p (Lee et al., 2020): each encoder weight is replaced by its pre-trained value "
         "with probability p during training, rescaled so its expectation is the fine-tuned weight; 0: off.",
     )
-    surt: SurtSection = Field(default_factory=SurtSection, description="Self unsupervised re-training (SURT).")
 
 
 class RunConfig(Section):
@@ -587,7 +574,7 @@ class RunConfig(Section):
     pretrain: PretrainSection = Field(default_factory=PretrainSection, description="Masked-LM pre-training.")
     forgetting: ForgettingSection = Field(default_factory=ForgettingSection, description="Forgetting monitors.")
     stability: StabilitySection = Field(
-        default_factory=StabilitySection, description="Stable fine-tuning methods (MMR, MHLoss, Mixout, SURT)."
+        default_factory=StabilitySection, description="Stable fine-tuning methods (MMR, MHLoss, Mixout)."
     )
 
     @model_validator(mode="after")
