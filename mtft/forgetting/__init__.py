@@ -7,6 +7,8 @@ text, λ_p by Hessian-vector products, bounds against measured forgetting, the G
 - :mod:`.monitor`       the monitor a fine-tuning run drives (bounds, budget, regularisation, end-of-run probe);
                         ||Δθ_k||² and ||θ − θ_p||² come from the adapter method's displacement tracker
 - :mod:`.probe`         the Gaussian probe (also ``run.py probe``)
+- :mod:`.linear_theory` the two-layer linear network of Springer et al. (2025, Section 4): incremental learning of
+                        singular values and progressive sensitivity under the probe's perturbation
 - :mod:`.plots`, :mod:`.report`   PNG figures and report sections
 """
 

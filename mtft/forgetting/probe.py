@@ -75,14 +75,16 @@ class ProbeResult:
 
 @torch.no_grad()
 def gaussian_probe(
-    mlm: MaskedLM,
+    mlm: nn.Module,
     stds: dict[str, float],
     evaluate: Callable[[], dict[str, float]],
     gammas: Sequence[float],
     seeds: int,
     model: str = "model",
 ) -> ProbeResult:
-    """ΔL_p under noise of std γ·σ_init for every γ and ``seeds`` noise seeds; weights restored exactly."""
+    """ΔL_p under noise of std γ·σ_init for every γ and ``seeds`` noise seeds; weights restored exactly. ``mlm`` is
+    any module (a :class:`MaskedLM`, or the linear network of :mod:`.linear_theory`): only its named parameters,
+    ``stds`` and ``evaluate`` are used; draw ``seed`` of a γ is the same for every model of the same shapes."""
     params = {name: p for name, p in mlm.named_parameters() if stds.get(name, 0.0) > 0}
     saved = {name: p.detach().clone() for name, p in params.items()}
     result = ProbeResult(
