@@ -14,9 +14,17 @@ from mtft.core.labels import IGNORE_INDEX
 from mtft.models.heads import SequenceClassificationHead
 from mtft.models.mmr import margin_regulariser
 from mtft.models.regression_head import RegressionHead
+from mtft.training.gram_step import GramWeightedStep
 from mtft.training.step import LossWeightedStep
 from mtft.weighting.mean import MeanWeighting
-from tests.unit.gradients.test_gradients import FakeEngine
+from tests.unit.gradients.test_gradients import (
+    MIXED,
+    FakeEngine,
+    FixedGramWeighting,
+    hooked_gradients,
+    make_batch,
+    reference_objective_gradients,
+)
 from tests.unit.models.test_model import batch, tiny_model
 
 
@@ -95,7 +103,7 @@ def test_gradient_moves_the_centres_apart():
     (gradient,) = torch.autograd.grad(value, features)
     assert gradient.abs().sum() > 0
     stepped = margin_regulariser(features.detach() - 0.1 * gradient, classes)
-    assert stepped is not None and float(stepped) < float(value)
+    assert stepped is not None and float(stepped) < float(value.detach())
 
 
 def mmr_model(tmp_path, alpha):
@@ -187,3 +195,34 @@ def test_head_features_are_the_input_of_the_final_linear_layer():
     assert out.features is not None and out.classes is not None
     assert torch.allclose(head.out_proj(out.features), out.logits)
     assert out.classes.tolist() == [0, 1, IGNORE_INDEX]
+
+
+def test_per_objective_gradients_with_the_regulariser_equal_the_float64_reference(tmp_path):
+    """Gram weightings see R: each objective's hooked gradient is the exact gradient of its sum, R included."""
+    model, tok = mmr_model(tmp_path, 0.8)
+    model = model.double()
+    batch = make_batch(tok, **MIXED)  # head a: objective 1 has both classes, objective 2 one; head b: two classes
+    got, params = hooked_gradients(model, batch, 3)
+    assert set(model.drain_regularisers()) == {"mmr/a", "mmr/b"}
+    expected = reference_objective_gradients(model, batch, params, 3)
+    torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
+    model.mmr = 0.0
+    plain = reference_objective_gradients(model, batch, params, 3)
+    assert not torch.allclose(plain[[0, 1]], expected[[0, 1]])  # R changed the objectives that have one
+    torch.testing.assert_close(plain[2], expected[2], rtol=0, atol=0)  # one class: untouched
+
+
+def test_gram_step_update_is_the_gradient_of_the_weighted_regularised_loss(tmp_path):
+    model, tok = mmr_model(tmp_path, 0.8)
+    model = model.double()
+    batch = make_batch(tok, **MIXED)
+    weights = [0.5, 0.2, 0.3]
+    params = [p for p in model.parameters() if p.requires_grad]
+    result = GramWeightedStep(FakeEngine(model), FixedGramWeighting(weights), 3, 1, shared=params)([batch])
+    assert set(result.extras) >= {"mmr/a", "mmr/b"}
+    got = [p.grad.clone() for p in params]
+    model.zero_grad()
+    sums, counts = model(**batch)
+    (sum(w * sums[t] / counts[t] for t, w in enumerate(weights))).backward()
+    for p, g in zip(params, got):
+        torch.testing.assert_close(g, p.grad, rtol=1e-10, atol=1e-13)
