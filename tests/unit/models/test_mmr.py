@@ -128,7 +128,7 @@ def test_model_adds_alpha_r_per_loss_unit_of_each_objective(tmp_path):
     assert r is not None
     assert torch.allclose(sums1[0], sums0[0] + 0.5 * r * 2)  # two loss units
     assert torch.equal(sums1[1:], sums0[1:])  # one class: nothing; head b's objective 2: one class, nothing
-    assert regularised.drain_regularisers() == {"mmr/a": float(r)}
+    assert regularised.drain_regularisers() == {"mmr/a": float(r.detach())}
     assert regularised.drain_regularisers() == {}
 
 
