@@ -23,7 +23,7 @@ builds heads by kind (:func:`mtft.tasks.kinds.build_head`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar, Optional, Sequence
 
 import torch
 from torch import nn
@@ -36,6 +36,10 @@ class HeadOutput:
     logits: Any  # a tensor, or a tuple of tensors (start/end logits)
     loss_sum: torch.Tensor  # (rows,)
     loss_count: torch.Tensor  # (rows,)
+    # the max-margin regulariser's inputs (mtft.models.mmr), from heads whose rows carry a class id: the
+    # (rows, d) features the final linear classifier receives and the (rows,) class ids (IGNORE_INDEX: none)
+    features: Optional[torch.Tensor] = None
+    classes: Optional[torch.Tensor] = None
 
 
 class Head(nn.Module):
@@ -46,6 +50,8 @@ class Head(nn.Module):
     """
 
     kind: ClassVar[str] = ""
+    # whether forward() returns HeadOutput.features/classes, so that the max-margin regulariser applies
+    classifies: ClassVar[bool] = False
 
     def __init__(self, hidden_size: int, label_names: Sequence[str], dropout: float):
         super().__init__()
@@ -99,10 +105,13 @@ class PooledHead(Head):
     def num_outputs(self) -> int:
         return len(self.label_names)
 
-    def logits(self, hidden: torch.Tensor, **context: Any) -> torch.Tensor:
+    def features(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The ``(rows, hidden_size)`` input of ``out_proj``: what the final linear classifier receives."""
         x = self.dropout(hidden[:, 0])
-        x = self.dropout(torch.tanh(self.dense(x)))
-        return self.out_proj(x)
+        return self.dropout(torch.tanh(self.dense(x)))
+
+    def logits(self, hidden: torch.Tensor, **context: Any) -> torch.Tensor:
+        return self.out_proj(self.features(hidden))
 
 
 class PooledScoreHead(PooledHead):
@@ -119,15 +128,24 @@ class SequenceClassificationHead(PooledHead):
     """RoBERTa-style classifier on the first token: dense -> tanh -> dropout -> projection to the labels.
 
     Labels: one class id per row (IGNORE_INDEX: the row carries no loss).
+
+    Its :class:`HeadOutput` carries the features E(x) of the max-margin regulariser (Fu, So & Collier, 2023,
+    eq. 8): the input of ``out_proj``, i.e. the pooled, dense+tanh features after dropout. The paper's analysis
+    is of a *linear* head on top of the encoder, x̃ = [E(x)ᵀ, −1]ᵀ, and its margin is the margin of the features
+    that linear classifier separates; here the linear classifier is ``out_proj``, so E is everything below it
+    (encoder and the pooler ``dense``). Taking the encoder's first-token state instead would leave the pooler
+    free to undo the separation the term asks for.
     """
 
     kind = "sequence_classification"
+    classifies = True
 
     def forward(self, hidden: torch.Tensor, labels: torch.Tensor, **context: Any) -> HeadOutput:
-        logits = self.logits(hidden)
+        features = self.features(hidden)
+        logits = self.out_proj(features)
         target = label_matrix(labels, hidden.shape[0])[:, 0].long()
         loss = nn.functional.cross_entropy(logits, target, reduction="none", ignore_index=IGNORE_INDEX)
-        return HeadOutput(logits, loss, (target != IGNORE_INDEX).to(loss.dtype))
+        return HeadOutput(logits, loss, (target != IGNORE_INDEX).to(loss.dtype), features, target)
 
     def decode(self, logits: torch.Tensor, **context: Any) -> list[str]:
         return [self.label_names[i] for i in logits.argmax(-1).tolist()]

@@ -35,7 +35,7 @@ from mtft.core.errors import Diverged
 from mtft.gradients import PerObjectiveGradients
 from mtft.pareto import SolverInputError
 from mtft.training.metric import OptimizerMetric
-from mtft.training.step import StepResult
+from mtft.training.step import StepResult, drain_regularisers
 from mtft.weighting import Weighting
 
 
@@ -94,7 +94,7 @@ class GramWeightedStep:
         # Gram (D G D) and the combination weights instead of a pass over the T × P buffers.
         scale = torch.where(present, 1.0 / counts.clamp(min=1), 0.0)
         losses = torch.where(present, sums / counts.clamp(min=1), torch.nan)
-        extras: dict[str, float] = {"backward_s": backward_seconds}
+        extras: dict[str, float] = {"backward_s": backward_seconds, **drain_regularisers(self.module)}
         gram, sub = None, None
         if self.weighting.needs_gram:
             assert self.shared is not None

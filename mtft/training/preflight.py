@@ -18,6 +18,7 @@ from mtft.core.errors import CheckpointError, ConfigError
 from mtft.data.selection import check_tasks
 from mtft.forgetting.corpus import check_corpus_files
 from mtft.models.backbone import check_backbone
+from mtft.tasks.kinds import head_class
 from mtft.training.checkpoint import saved_world_size
 from mtft.training.engine import deepspeed_config
 from mtft.training.setup import check_output_dir
@@ -36,6 +37,12 @@ def preflight(config: RunConfig) -> Optional[Path]:
         check_world_size(resume_from, int(os.environ.get("WORLD_SIZE", 1)))
     selected = check_tasks(config)  # tasks, languages, protocols, settings, metric_for_best, local data files
     check_backbone(config.model)
+    if config.stability.mmr > 0 and not any(head_class(chosen.task.head).classifies for chosen in selected):
+        raise ConfigError(
+            f"stability.mmr={config.stability.mmr:g} regularises the class centres of classification heads, and "
+            f"this run has no sequence-classification task ({', '.join(c.name for c in selected)}); set "
+            "stability.mmr=0"
+        )
     if config.forgetting.enabled or config.pretrain.before_finetune:  # L_p's held-out texts, pre-training's texts
         task_languages = [lang for chosen in selected for lang in chosen.languages]
         languages = config.corpus.languages or list(dict.fromkeys(task_languages))

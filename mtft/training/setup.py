@@ -51,7 +51,7 @@ def build_model(config: RunConfig, data: PreparedData) -> MultiTaskModel:
         for name, td in data.tasks.items()
         if name in data.head_tasks()
     }
-    return MultiTaskModel(encoder, heads, num_objectives=len(data.objective_names))
+    return MultiTaskModel(encoder, heads, num_objectives=len(data.objective_names), mmr=config.stability.mmr)
 
 
 def heads_metadata(data: PreparedData) -> dict[str, Any]:

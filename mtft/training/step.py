@@ -69,4 +69,12 @@ class LossWeightedStep:
         weights /= micro_steps
         present = total_counts > 0
         combined = float((weights[present] * means[present]).sum())
-        return StepResult(means, total_counts, weights, combined, examples, self.weighting.state())
+        extras = {**self.weighting.state(), **drain_regularisers(self.engine.module)}
+        return StepResult(means, total_counts, weights, combined, examples, extras)
+
+
+def drain_regularisers(module) -> dict[str, float]:
+    """The model's regulariser values over the step (``mmr/<task>``, :class:`mtft.models.multitask.MultiTaskModel`),
+    for the train log; nothing for a module that keeps none."""
+    drain = getattr(module, "drain_regularisers", None)
+    return drain() if drain is not None else {}

@@ -185,6 +185,18 @@ SLOW = {
         "not text",
     ),
     "data-missing-file": (SENT_RUN, {"tasks/sent.yaml": SENTIMENT}, "dataset file not found"),
+    "mmr-without-classification": (
+        [
+            *BASE,
+            "run.output_dir={tmp}/run",
+            "data.tasks=[{name: wikiann, languages: [en], protocol: in_language}]",
+            "data.sources.unimelb-nlp/wikiann=tasks/wikiann/fixtures/wikiann",
+            "evaluation.metric_for_best=null",
+            "stability.mmr=0.5",
+        ],
+        {},
+        "stability.mmr=0.5 regularises the class centres of classification heads",
+    ),
     "data-not-utf8": (
         SENT_RUN,
         {"tasks/sent.yaml": SENTIMENT, "data/en/train.jsonl": GOOD_ROWS.encode() + b'{"text": "caf\xe9"}\n'},
@@ -201,6 +213,7 @@ PREFLIGHT = {
     "data-empty",
     "data-missing-file",
     "data-not-utf8",
+    "mmr-without-classification",
 }
 
 
