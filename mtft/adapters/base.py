@@ -93,6 +93,9 @@ class AdapterMethod:
     # Why the forgetting monitors are off with this method (completes "model.adapter.method=<name> ..."),
     # or None when :meth:`tracker` follows it.
     monitors_off: ClassVar[Optional[str]] = "has no displacement tracker (AdapterMethod.tracker) to follow L_p with"
+    # Whether the method trains the encoder's own weights (full fine-tuning), rather than freezing them: what a
+    # regulariser of the pre-trained weights themselves, such as Mixout (stability.mixout), needs.
+    trains_encoder: ClassVar[bool] = False
     # Whether every routing slot is a LoRA adapter (A, B) that ``run.py export`` writes as a PEFT directory.
     exports_lora: ClassVar[bool] = False
 

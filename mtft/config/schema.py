@@ -557,7 +557,8 @@ class StabilitySection(Section):
         ge=0.0,
         lt=1.0,
         description="Mixout probability p (Lee et al., 2020): each encoder weight is replaced by its pre-trained value "
-        "with probability p during training, rescaled so its expectation is the fine-tuned weight; 0: off.",
+        "with probability p during training, rescaled so its expectation is the fine-tuned weight; the encoder's "
+        "dropout is turned off (Mixout replaces it). Full fine-tuning only, not with a Gram weighting; 0: off.",
     )
 
 
@@ -601,6 +602,36 @@ class RunConfig(Section):
             raise ValueError(
                 "weighting.descent_check=true needs per-objective gradients, which model.adapter.method="
                 f"{self.model.adapter.method} does not provide; set weighting.descent_check=false"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _mixout_needs_trained_encoder(self) -> "RunConfig":
+        """Mixout (Lee et al., 2020) mixes the encoder's trained weights with their pre-trained values: it needs an
+        adapter method that trains them, and it changes ∂loss/∂w by the mask M/(1−p), which the per-objective
+        gradients of a Gram weighting (read from each linear layer's inputs and output gradients) would miss --
+        refused rather than silently wrong."""
+        p = self.stability.mixout
+        if p == 0.0:
+            return self
+        from mtft.adapters import get_method
+
+        if self.run.stage == "pretrain":
+            raise ValueError("stability.mixout applies to run.stage=finetune only")
+        if not get_method(self.model.adapter.method).trains_encoder:
+            raise ValueError(
+                f"stability.mixout={p} needs trained encoder weights, but model.adapter.method="
+                f"{self.model.adapter.method} freezes them; use model.adapter.method=full"
+            )
+        if self.weighting.per_objective_gradients():
+            what = (
+                "weighting.descent_check"
+                if self.weighting.descent_check
+                else f"weighting.method={self.weighting.method}"
+            )
+            raise ValueError(
+                f"stability.mixout={p} with {what}: per-objective gradients would miss Mixout's mask M/(1−p); "
+                "use weighting.method=mean"
             )
         return self
 

@@ -15,6 +15,7 @@ from mtft.core.atomic import AtomicFolder, marker
 from mtft.core.errors import ConfigError
 from mtft.data.pipeline import PreparedData
 from mtft.models.backbone import build_encoder
+from mtft.models.mixout import apply_mixout
 from mtft.models.multitask import MultiTaskModel
 from mtft.models.tokenizer import load_backbone_tokenizer, tiny_tokenizer
 from mtft.tasks.kinds import build_head
@@ -46,6 +47,12 @@ def build_model(config: RunConfig, data: PreparedData) -> MultiTaskModel:
             )
     # a row is routed by the task whose head predicts it (an evaluation-only task borrows its owner's adapter)
     method.apply(encoder, data.head_tasks(), data.objective_names, config.run.seed)
+    # Mixout mixes towards the weights the run starts from (θ_p); the heads keep model.classifier_dropout
+    if apply_mixout(encoder, config.stability.mixout) == 0 and config.stability.mixout > 0:
+        raise ConfigError(
+            f"stability.mixout={config.stability.mixout}: model.adapter.method={config.model.adapter.method} "
+            "leaves no trainable linear layer in the encoder to apply Mixout to"
+        )
     heads = {
         name: build_head(td.task.head, encoder.config.hidden_size, td.label_names, config.model.classifier_dropout)
         for name, td in data.tasks.items()

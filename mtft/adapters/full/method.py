@@ -16,6 +16,7 @@ class FullFineTuning(AdapterMethod):
 
     name = "full"
     monitors_off = None
+    trains_encoder = True
 
     def inject(self, encoder: nn.Module, task_names: list[str], objective_names: list[str], seed: int) -> None:
         pass

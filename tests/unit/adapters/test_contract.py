@@ -19,6 +19,7 @@ from mtft.config.schema import AdapterSection
 from mtft.core.errors import CheckpointError, ConfigError
 from mtft.core.rows import labelled_rows
 from mtft.forgetting.mlm import MaskedLM
+from mtft.models.mixout import apply_mixout
 from tests.unit.gradients.test_gradients import MIXED, hooked_gradients, make_batch
 from tests.unit.models.test_model import tiny_model
 
@@ -120,6 +121,17 @@ def test_apply_is_deterministic_and_names_its_slots(tmp_path, name, granularity)
             build_method(AdapterSection(method=name, granularity=granularity, target_modules=["qkv"])).apply(
                 tiny_model(tmp_path)[0].encoder, TASKS, OBJECTIVES, 0
             )
+
+
+@pytest.mark.parametrize("name, granularity", CASES)
+def test_trains_encoder_says_whether_the_encoders_own_weights_train(tmp_path, name, granularity):
+    """What stability.mixout relies on (mtft.config.schema refuses it where trains_encoder is false): a method
+    that trains the encoder leaves every linear layer of it trainable, and Mixout then swaps them all."""
+    model, _, method = build(tmp_path, name, granularity)
+    own = [m for m in model.encoder.modules() if type(m) is torch.nn.Linear]
+    assert own and method.trains_encoder == all(m.weight.requires_grad for m in own)
+    if method.trains_encoder:
+        assert apply_mixout(model.encoder, 0.1) == len(own)
 
 
 @pytest.mark.parametrize("name, granularity", CASES)
