@@ -20,7 +20,7 @@ from mtft.forgetting.corpus import check_corpus_files
 from mtft.models.backbone import check_backbone
 from mtft.training.checkpoint import saved_world_size
 from mtft.training.engine import deepspeed_config
-from mtft.training.setup import check_output_dir
+from mtft.training.setup import check_mhloss, check_output_dir
 
 
 def preflight(config: RunConfig) -> Optional[Path]:
@@ -35,6 +35,7 @@ def preflight(config: RunConfig) -> Optional[Path]:
     if resume_from is not None:
         check_world_size(resume_from, int(os.environ.get("WORLD_SIZE", 1)))
     selected = check_tasks(config)  # tasks, languages, protocols, settings, metric_for_best, local data files
+    check_mhloss(config.stability.heads, {chosen.name: chosen.task.head for chosen in selected})
     check_backbone(config.model)
     if config.forgetting.enabled or config.pretrain.before_finetune:  # L_p's held-out texts, pre-training's texts
         task_languages = [lang for chosen in selected for lang in chosen.languages]
