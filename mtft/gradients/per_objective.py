@@ -9,6 +9,7 @@ with respect to a weight is the sum, over t's examples, of the usual per-example
     Embedding:  ∂L_t/∂E[i] = Σ_{n∈t, positions with id i} δ_n     (the padding row gets none)
     LayerNorm:  ∂L_t/∂γ = Σ_{n∈t} δ_n ⊙ x̂_n        ∂L_t/∂β = Σ_{n∈t} δ_n
     Multi-LoRA: ∂L_t/∂B[j] = Σ_{n∈t, slot(n)=j} δ_nᵀ (A·x_n)       (A frozen; only the rows' own B's)
+    MHLoss:     ∂L_t/∂W[h] = Σ_{n∈t} δ_{h,n}ᵀ x_n    (H heads on one input; δ_h: the gradient of head h's output)
 
 Forward hooks keep each layer's input; a hook on its output receives δ during the backward pass of
 Σ_t sum_t; the products are summed per objective into a (T, *shape) buffer per parameter (written in place,
@@ -29,8 +30,9 @@ from torch import nn
 
 from mtft.adapters.multi_lora.layer import RoutedLoraB
 from mtft.core.rows import row_labels
+from mtft.models.multihead import MultiLinear
 
-SUPPORTED = (nn.Linear, nn.Embedding, nn.LayerNorm, RoutedLoraB)
+SUPPORTED = (nn.Linear, nn.Embedding, nn.LayerNorm, RoutedLoraB, MultiLinear)
 # Parameters whose gradient touches only some rows of the first dimension: an embedding's looked-up tokens, the
 # B's of the Multi-LoRA slots in the batch. Their buffers are cleared, reduced to a Gram and combined over the
 # touched rows only -- for Multi-LoRA this makes G block-diagonal across tasks, as the B's of different tasks
@@ -144,7 +146,9 @@ class PerObjectiveGradients:
     def _forward_hook(self, module: nn.Module, inputs: tuple[Any, ...], output: torch.Tensor) -> Optional[torch.Tensor]:
         if not self._active:
             return None
-        rows = row_labels("objective", type(module).__name__, output.shape[0])
+        # a MultiLinear's per-head output is (H, rows, out): its rows are the second dimension
+        per_head = isinstance(module, MultiLinear) and output.dim() == inputs[0].dim() + 1
+        rows = row_labels("objective", type(module).__name__, output.shape[1 if per_head else 0])
         if not output.requires_grad:
             # Nothing upstream needs a gradient (frozen embeddings, detached parameters): make the output
             # a leaf so that the backward pass still brings this layer its output gradient.
@@ -160,6 +164,8 @@ class PerObjectiveGradients:
         """``x``: the layer's saved input, or (A·x, slots) for a :class:`RoutedLoraB`."""
         if isinstance(module, nn.Linear):
             self._linear(module, x, segments, grad)
+        elif isinstance(module, MultiLinear):
+            self._multi_linear(module, x, segments, grad)
         elif isinstance(module, nn.Embedding):
             self._embedding(module, x, segments, grad)
         elif isinstance(module, RoutedLoraB):
@@ -174,6 +180,20 @@ class PerObjectiveGradients:
                 self._write_product(module.weight, t, g.t(), x[rows].reshape(-1, x.shape[-1]))
             if module.bias is not None and module.bias in self.views:
                 self._write(module.bias, t, g.sum(0))
+
+    def _multi_linear(self, module: MultiLinear, x: torch.Tensor, segments: Segments, grad: torch.Tensor) -> None:
+        """``grad`` is (H, rows, out) for the per-head output, or (rows, out) for the averaged head's, whose
+        weight is the mean of the H heads: each head then gets 1/H of the ordinary product."""
+        heads = module.num_heads
+        if grad.dim() == x.dim():  # the averaged head
+            grad = (grad / heads).unsqueeze(0).expand(heads, *grad.shape)
+        for t, rows in segments:
+            g = grad[:, rows].reshape(heads, -1, grad.shape[-1])
+            xs = x[rows].reshape(-1, x.shape[-1])
+            if module.weight in self.views:
+                self._write(module.weight, t, torch.einsum("hro,ri->hoi", g, xs))
+            if module.bias in self.views:
+                self._write(module.bias, t, g.sum(1))
 
     def _embedding(self, module: nn.Embedding, ids: torch.Tensor, segments: Segments, grad: torch.Tensor) -> None:
         for t, rows in segments:

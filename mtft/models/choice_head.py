@@ -59,12 +59,11 @@ class MultipleChoiceHead(PooledScoreHead):
         matrix = scores.new_full((count, width), float("-inf"))
         return matrix.index_put((group, position), scores)
 
-    def forward(self, hidden: torch.Tensor, labels: torch.Tensor, **context: Any) -> HeadOutput:
-        scores = self.logits(hidden)
+    def loss(self, scores: torch.Tensor, labels: torch.Tensor, **context: Any) -> HeadOutput:
         group_index = context["group_index"]
         group, position, count = choice_layout(group_index)
         matrix = self.choice_matrix(scores, group_index)
-        target = label_matrix(labels, hidden.shape[0])[:, 0].long()
+        target = label_matrix(labels, scores.shape[0])[:, 0].long()
         first = position == 0
         group_target = target[first]  # one label per group, read from its first row
         if count and bool(((group_target >= matrix.shape[1]) & (group_target != IGNORE_INDEX)).any()):
@@ -94,9 +93,8 @@ class CandidateScoringHead(PooledScoreHead):
 
     kind = "candidate_scoring"
 
-    def forward(self, hidden: torch.Tensor, labels: torch.Tensor, **context: Any) -> HeadOutput:
-        scores = self.logits(hidden)
-        target = label_matrix(labels, hidden.shape[0])[:, 0]
+    def loss(self, scores: torch.Tensor, labels: torch.Tensor, **context: Any) -> HeadOutput:
+        target = label_matrix(labels, scores.shape[0])[:, 0]
         labelled = target != IGNORE_INDEX
         if bool((labelled & (target != 0) & (target != 1)).any()):
             raise ValueError("candidate labels must be 0 or 1")

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from mtft.core.labels import IGNORE_INDEX
+from mtft.models.multihead import MultiLinear, multi_linear
 
 
 @dataclass
@@ -94,24 +95,55 @@ def label_matrix(labels: torch.Tensor, rows: int, width: int = 1) -> torch.Tenso
 
 class PooledHead(Head):
     """RoBERTa-style pooler on the first token (dense -> tanh -> dropout) and a projection ``out_proj`` to
-    :meth:`num_outputs` numbers per row: the shared trunk of the sequence-level heads."""
+    :meth:`num_outputs` numbers per row: the shared trunk of the sequence-level heads.
+
+    Subclasses define :meth:`loss` on the projected logits. With MHLoss (:meth:`use_heads`, Fu, So & Collier,
+    2023, eq. 10) ``out_proj`` becomes H linear heads over the same pooled features: the training loss is the
+    mean over heads of each head's loss, and :meth:`logits` (prediction) is the averaged head's.
+    """
 
     def __init__(self, hidden_size: int, label_names: Sequence[str], dropout: float):
         super().__init__(hidden_size, label_names, dropout)
         self.dense = nn.Linear(hidden_size, hidden_size)
         self.dropout = nn.Dropout(dropout)
-        self.out_proj = nn.Linear(hidden_size, self.num_outputs())
+        self.out_proj: nn.Module = nn.Linear(hidden_size, self.num_outputs())
 
     def num_outputs(self) -> int:
         return len(self.label_names)
+
+    def use_heads(self, heads: int) -> None:
+        """Train ``heads`` copies of ``out_proj`` at once (MHLoss); 1 keeps the plain head untouched. The first copy
+        is the existing ``out_proj``, the others are freshly initialised from the global generator."""
+        if heads > 1:
+            self.out_proj = multi_linear(self.out_proj, heads)  # type: ignore[arg-type]
 
     def features(self, hidden: torch.Tensor) -> torch.Tensor:
         """The ``(rows, hidden_size)`` input of ``out_proj``: what the final linear classifier receives."""
         x = self.dropout(hidden[:, 0])
         return self.dropout(torch.tanh(self.dense(x)))
 
+    def project(self, features: torch.Tensor, per_head: bool = False) -> torch.Tensor:
+        """``out_proj`` of the features: (rows, outputs), or (H, rows, outputs) per head of an MHLoss head."""
+        return self.out_proj(features, per_head=True) if per_head else self.out_proj(features)
+
     def logits(self, hidden: torch.Tensor, **context: Any) -> torch.Tensor:
-        return self.out_proj(self.features(hidden))
+        return self.project(self.features(hidden))
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor, **context: Any) -> HeadOutput:
+        raise NotImplementedError
+
+    def forward(self, hidden: torch.Tensor, labels: torch.Tensor, **context: Any) -> HeadOutput:
+        features = self.features(hidden)
+        if not isinstance(self.out_proj, MultiLinear):
+            out = self.loss(self.project(features), labels, **context)
+        else:
+            per_head = self.project(features, per_head=True)
+            outputs = [self.loss(logits, labels, **context) for logits in per_head]
+            loss_sum = torch.stack([o.loss_sum for o in outputs]).mean(0)  # eq. 10: the mean over the H heads
+            out = HeadOutput(per_head.mean(0), loss_sum, outputs[0].loss_count, classes=outputs[0].classes)
+        if self.classifies:  # the max-margin regulariser reads the features every head of an MHLoss head shares
+            out.features = features
+        return out
 
 
 class PooledScoreHead(PooledHead):
@@ -120,8 +152,8 @@ class PooledScoreHead(PooledHead):
     def num_outputs(self) -> int:
         return 1
 
-    def logits(self, hidden: torch.Tensor, **context: Any) -> torch.Tensor:
-        return super().logits(hidden).squeeze(-1)
+    def project(self, features: torch.Tensor, per_head: bool = False) -> torch.Tensor:
+        return super().project(features, per_head).squeeze(-1)
 
 
 class SequenceClassificationHead(PooledHead):
@@ -140,12 +172,10 @@ class SequenceClassificationHead(PooledHead):
     kind = "sequence_classification"
     classifies = True
 
-    def forward(self, hidden: torch.Tensor, labels: torch.Tensor, **context: Any) -> HeadOutput:
-        features = self.features(hidden)
-        logits = self.out_proj(features)
-        target = label_matrix(labels, hidden.shape[0])[:, 0].long()
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor, **context: Any) -> HeadOutput:
+        target = label_matrix(labels, logits.shape[0])[:, 0].long()
         loss = nn.functional.cross_entropy(logits, target, reduction="none", ignore_index=IGNORE_INDEX)
-        return HeadOutput(logits, loss, (target != IGNORE_INDEX).to(loss.dtype), features, target)
+        return HeadOutput(logits, loss, (target != IGNORE_INDEX).to(loss.dtype), classes=target)
 
     def decode(self, logits: torch.Tensor, **context: Any) -> list[str]:
         return [self.label_names[i] for i in logits.argmax(-1).tolist()]

@@ -20,9 +20,8 @@ class RegressionHead(PooledScoreHead):
 
     kind = "regression"
 
-    def forward(self, hidden: torch.Tensor, labels: torch.Tensor, **context: Any) -> HeadOutput:
-        scores = self.logits(hidden)
-        target = label_matrix(labels, hidden.shape[0])[:, 0]
+    def loss(self, scores: torch.Tensor, labels: torch.Tensor, **context: Any) -> HeadOutput:
+        target = label_matrix(labels, scores.shape[0])[:, 0]
         labelled = target != IGNORE_INDEX
         error = (scores - target.to(scores.dtype)) ** 2
         loss = torch.where(labelled, error, torch.zeros_like(error))

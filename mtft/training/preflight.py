@@ -21,7 +21,7 @@ from mtft.models.backbone import check_backbone
 from mtft.tasks.kinds import head_class
 from mtft.training.checkpoint import saved_world_size
 from mtft.training.engine import deepspeed_config
-from mtft.training.setup import check_output_dir
+from mtft.training.setup import check_mhloss, check_output_dir
 
 
 def preflight(config: RunConfig) -> Optional[Path]:
@@ -36,6 +36,7 @@ def preflight(config: RunConfig) -> Optional[Path]:
     if resume_from is not None:
         check_world_size(resume_from, int(os.environ.get("WORLD_SIZE", 1)))
     selected = check_tasks(config)  # tasks, languages, protocols, settings, metric_for_best, local data files
+    check_mhloss(config.stability.heads, {chosen.name: chosen.task.head for chosen in selected})
     check_backbone(config.model)
     if config.stability.mmr > 0 and not any(head_class(chosen.task.head).classifies for chosen in selected):
         raise ConfigError(

@@ -20,6 +20,7 @@ from mtft.adapters import AdapterMethod, build_method
 from mtft.config import load_config
 from mtft.config.schema import RunConfig
 from mtft.core.errors import CheckpointError, UserError
+from mtft.models.multihead import collapse_stacked_heads
 from mtft.models.multitask import MultiTaskModel
 from mtft.tasks.kinds import build_head
 from mtft.training.checkpoint import MARKER, latest_checkpoint
@@ -92,7 +93,9 @@ def load_run(run_dir: Path, checkpoint: Optional[Path] = None) -> LoadedRun:
         },
         num_objectives=len(objectives),
     )
-    missing, unexpected = model.load_state_dict(load_file(str(checkpoint / "model.safetensors")), strict=False)
+    # a training checkpoint of an MHLoss run keeps all H heads; the loaded model predicts with their average
+    state = collapse_stacked_heads(load_file(str(checkpoint / "model.safetensors")), model.state_dict())
+    missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
         raise CheckpointError(
             f"{checkpoint}/model.safetensors does not fit the run's model: missing {sorted(missing)[:3]}, "

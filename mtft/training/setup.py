@@ -15,10 +15,11 @@ from mtft.core.atomic import AtomicFolder, marker
 from mtft.core.errors import ConfigError
 from mtft.data.pipeline import PreparedData
 from mtft.models.backbone import build_encoder
+from mtft.models.heads import PooledHead
 from mtft.models.mixout import apply_mixout
 from mtft.models.multitask import MultiTaskModel
 from mtft.models.tokenizer import load_backbone_tokenizer, tiny_tokenizer
-from mtft.tasks.kinds import build_head
+from mtft.tasks.kinds import build_head, head_class
 from mtft.training import checkpoint as ckpt
 
 # Keys that may differ between an interrupted run and its resumption.
@@ -58,7 +59,26 @@ def build_model(config: RunConfig, data: PreparedData) -> MultiTaskModel:
         for name, td in data.tasks.items()
         if name in data.head_tasks()
     }
+    check_mhloss(config.stability.heads, {name: data.tasks[name].task.head for name in heads})
+    for head in heads.values():  # after every plain head is built: H = 1 draws exactly what plain fine-tuning draws
+        if isinstance(head, PooledHead):
+            head.use_heads(config.stability.heads)
     return MultiTaskModel(encoder, heads, num_objectives=len(data.objective_names), mmr=config.stability.mmr)
+
+
+def check_mhloss(heads: int, kinds: dict[str, str]) -> None:
+    """MHLoss (``stability.heads`` > 1) multiplies the final linear layer of the pooled heads (sequence
+    classification, regression, multiple choice, candidate scoring); token classification and extractive QA
+    heads are refused rather than silently trained with one head."""
+    if heads <= 1:
+        return
+    refused = {name: kind for name, kind in kinds.items() if not issubclass(head_class(kind), PooledHead)}
+    if refused:
+        name, kind = next(iter(refused.items()))
+        raise ConfigError(
+            f"stability.heads={heads} (MHLoss) supports pooled heads only; task {name!r} has a {kind} head: "
+            "set stability.heads=1 or leave that task out"
+        )
 
 
 def heads_metadata(data: PreparedData) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from mtft.evaluation.evaluate import Evaluation, evaluate
 from mtft.forgetting import build_monitor
 from mtft.forgetting.monitor import prepare_forgetting
 from mtft.forgetting.report import monitor_sections
+from mtft.models.multihead import average_heads
 from mtft.reporting.logs import MetricsLog, add_file_log, held_log_lines, logger, setup_console_logging
 from mtft.reporting.report import write_report
 from mtft.training import checkpoint as ckpt
@@ -363,7 +364,8 @@ class Run:
         return result
 
     def _save_best(self, result: Evaluation) -> None:
-        state = ckpt.full_state_dict(self.engine)
+        # MHLoss: best/ holds the averaged head, an ordinary single head (training checkpoints keep all H)
+        state = average_heads(ckpt.full_state_dict(self.engine), self.engine.module)
         if self.proc.is_main:
             with AtomicFolder(self.run_dir / "best").writing(kind="best", step=self.step) as folder:
                 ckpt.write_weights(state, heads_metadata(self.data), folder)

@@ -98,6 +98,20 @@ CASES = {
         ConfigError,
         "pretrain.before_finetune .*use ZeRO stage 0-2, not 3",
     ),
+    "MHLoss on a token classification task": (
+        lambda t: {
+            "stability": {"heads": 5},
+            "data": {
+                "tasks": [
+                    {"name": "xnli", "languages": ["en"], "protocol": "in_language"},
+                    {"name": "wikiann", "languages": ["en"], "protocol": "in_language"},
+                ],
+                "sources": {**SOURCES, "unimelb-nlp/wikiann": str(REPO / "tasks/wikiann/fixtures/wikiann")},
+            },
+        },
+        ConfigError,
+        r"^stability.heads=5 \(MHLoss\) supports pooled heads only; task 'wikiann' has a token_classification head",
+    ),
     "backbone folder missing": (
         lambda t: {"model": {"backbone": str(t / "model")}},
         ConfigError,
