@@ -197,6 +197,19 @@ def test_head_features_are_the_input_of_the_final_linear_layer():
     assert out.classes.tolist() == [0, 1, IGNORE_INDEX]
 
 
+def test_an_mhloss_head_hands_the_regulariser_the_features_all_its_heads_share():
+    torch.manual_seed(0)
+    head = SequenceClassificationHead(8, ["x", "y"], 0.0)
+    head.use_heads(3)
+    hidden = torch.randn(4, 5, 8)
+    out = head(hidden, torch.tensor([0, 1, 1, IGNORE_INDEX]))
+    assert out.features is not None and out.classes is not None
+    assert torch.equal(out.features, head.features(hidden))
+    per_head = head.project(out.features, per_head=True)
+    assert per_head.shape[0] == 3 and torch.allclose(per_head.mean(0), out.logits)
+    assert out.classes.tolist() == [0, 1, 1, IGNORE_INDEX]
+
+
 def test_per_objective_gradients_with_the_regulariser_equal_the_float64_reference(tmp_path):
     """Gram weightings see R: each objective's hooked gradient is the exact gradient of its sum, R included."""
     model, tok = mmr_model(tmp_path, 0.8)
