@@ -124,19 +124,24 @@ def test_gram_over_accumulated_micro_batches_equals_reference_on_the_whole_step(
     np.testing.assert_allclose(weighting.seen, (reference @ reference.t()).numpy(), rtol=1e-10)
 
 
-def test_update_is_the_gradient_of_the_weighted_loss(tmp_path):
-    model, tok = tiny_model(tmp_path)
-    model = model.double()
-    batch = make_batch(tok, **MIXED)
-    weights = [0.5, 0.2, 0.3]
+def gram_step_against_weighted_loss(model, batch, weights):
+    """One GramWeightedStep with fixed weights; asserts its update equals autograd's gradient of Σ_t w_t L_t and
+    returns the step's result."""
     params = [p for p in model.parameters() if p.requires_grad]
-    result = GramWeightedStep(FakeEngine(model), FixedGramWeighting(weights), 3, 1, shared=params)([batch])
+    result = GramWeightedStep(FakeEngine(model), FixedGramWeighting(weights), len(weights), 1, shared=params)([batch])
     got = [p.grad.clone() for p in params]
     model.zero_grad()
     sums, counts = model(**batch)
     (sum(w * sums[t] / counts[t] for t, w in enumerate(weights))).backward()
     for p, g in zip(params, got):
         torch.testing.assert_close(g, p.grad, rtol=1e-10, atol=1e-13)
+    return result
+
+
+def test_update_is_the_gradient_of_the_weighted_loss(tmp_path):
+    model, tok = tiny_model(tmp_path)
+    weights = [0.5, 0.2, 0.3]
+    result = gram_step_against_weighted_loss(model.double(), make_batch(tok, **MIXED), weights)
     assert result.weights.tolist() == weights
     assert result.extras["d_norm_sq"] > 0 and 0 < result.extras["stationarity"]
 
