@@ -535,6 +535,18 @@ class ForgettingSection(Section):
     )
 
 
+class SurtSection(Section):
+    """SURT, self unsupervised re-training (Fu, So & Collier, 2023, §3.3): masked-LM re-training of the backbone on
+    the fine-tuning tasks' own training text (labels dropped) before fine-tuning. The optimizer, schedule, block size,
+    micro-batch and seed are pretrain's (one masked-LM stage, one set of knobs); lr may be set apart."""
+
+    enabled: bool = Field(False, description="Re-train the backbone with masked-LM on the tasks' training text first.")
+    tokens: int = Field(100_000, ge=1, description="Token budget of the re-training (packed input tokens).")
+    lr: Optional[float] = Field(
+        None, gt=0.0, description="Peak learning rate of the re-training; default pretrain.optimizer.lr."
+    )
+
+
 class StabilitySection(Section):
     """Methods for stable fine-tuning (Fu, So & Collier, 2023, "A stability analysis of fine-tuning a pre-trained
     model") and the baselines they are compared with; each is off by default and combines with the adapter methods
@@ -560,6 +572,11 @@ class StabilitySection(Section):
         "with probability p during training, rescaled so its expectation is the fine-tuned weight; the encoder's "
         "dropout is turned off (Mixout replaces it). Full fine-tuning only, not with a Gram weighting; 0: off.",
     )
+    surt: SurtSection = Field(
+        default_factory=SurtSection,
+        description="SURT: masked-LM re-training of the backbone on the tasks' training text before fine-tuning "
+        "(cached by content, like pretrain.before_finetune).",
+    )
 
 
 class RunConfig(Section):
@@ -575,7 +592,7 @@ class RunConfig(Section):
     pretrain: PretrainSection = Field(default_factory=PretrainSection, description="Masked-LM pre-training.")
     forgetting: ForgettingSection = Field(default_factory=ForgettingSection, description="Forgetting monitors.")
     stability: StabilitySection = Field(
-        default_factory=StabilitySection, description="Stable fine-tuning methods (MMR, MHLoss, Mixout)."
+        default_factory=StabilitySection, description="Stable fine-tuning methods (MMR, MHLoss, SURT, Mixout)."
     )
 
     @model_validator(mode="after")
@@ -586,6 +603,12 @@ class RunConfig(Section):
             raise ValueError("corpus.languages must list the languages to pre-train on for run.stage=pretrain")
         if self.run.stage == "pretrain" and self.pretrain.before_finetune:
             raise ValueError("pretrain.before_finetune applies to run.stage=finetune only")
+        if self.stability.surt.enabled and self.run.stage != "finetune":
+            raise ValueError("stability.surt applies to run.stage=finetune only")
+        if self.stability.surt.enabled and self.model.backbone == "tiny" and not self.pretrain.before_finetune:
+            raise ValueError(
+                "stability.surt re-trains a pre-trained backbone, not the random tiny one: set pretrain.before_finetune"
+            )
         return self
 
     @model_validator(mode="after")

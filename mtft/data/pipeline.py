@@ -108,6 +108,20 @@ def task_texts(config: RunConfig) -> list[str]:
     return _all_texts({chosen.name: _load_task(chosen, config) for chosen in select_tasks(config)})
 
 
+def task_training_texts(config: RunConfig) -> list[str]:
+    """The text of every task's training split (each of its text columns; never the label or id column), for
+    SURT's masked-LM re-training (Fu, So & Collier, 2023, §3.3): evaluation splits and evaluation-only tasks are
+    left out, so no text the run is scored on is trained on."""
+    texts: list[str] = []
+    for chosen in select_tasks(config):
+        if chosen.task.evaluate_with is not None:
+            continue
+        td = _load_task(chosen, config)
+        for dataset in td.raw_train.values():
+            texts.extend(td.task.texts(dataset))
+    return texts
+
+
 def _load_task(chosen: SelectedTask, config: RunConfig) -> TaskData:
     task, selection, languages = chosen.task, chosen.selection, chosen.languages
     split = config.evaluation.split

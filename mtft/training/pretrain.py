@@ -40,7 +40,7 @@ from mtft.data.pipeline import task_texts
 from mtft.data.selection import select_tasks
 from mtft.data.sources import resolve_source
 from mtft.forgetting.corpus import build_eval_set, corpus_path, corpus_texts, masking_collator, packed_blocks
-from mtft.forgetting.mlm import MaskedLM, load_mlm_model, lp_per_language, split_mlm_model
+from mtft.forgetting.mlm import MaskedLM, load_mlm_checkpoint, load_mlm_model, lp_per_language, split_mlm_model
 from mtft.models.backbone import tiny_config
 from mtft.models.tokenizer import load_backbone_tokenizer, tiny_tokenizer
 from mtft.reporting.logs import MetricsLog, add_file_log, held_log_lines, logger, setup_console_logging
@@ -55,11 +55,20 @@ PRETRAIN_VERSION = "3"  # bump when pre-training changes what it produces, to in
 class Pretraining:
     """Corpus, tokenizer, blocks and model factory of one pre-training set-up (``config.pretrain``)."""
 
-    def __init__(self, config: RunConfig, languages: list[str], proc: ProcessInfo, task_texts: Sequence[str] = ()):
+    def __init__(
+        self,
+        config: RunConfig,
+        languages: list[str],
+        proc: ProcessInfo,
+        task_texts: Sequence[str] = (),
+        training_texts: Optional[Sequence[str]] = None,
+    ):
         """``task_texts``: the fine-tuning tasks' texts, which a tiny tokenizer's vocabulary covers too (a real
         encoder's vocabulary covers the task's text; one trained on the generic corpus alone splits a NER task's
-        names into characters)."""
+        names into characters). ``training_texts``: train on these instead of the corpus (SURT, mtft/training/
+        surt.py): no corpus is read, L_p is not evaluated, and the backbone must bring its own masked-LM head."""
         self.config, self.languages, self.proc = config, languages, proc
+        self.retraining = training_texts is not None
         if zero_stage(config) == 3:
             raise ConfigError(
                 "pre-training evaluates L_p on full weights; use ZeRO stage 0-2, not 3 "
@@ -67,7 +76,10 @@ class Pretraining:
             )
         p = config.pretrain
         self.block_size = p.block_size or config.data.max_length
-        texts = {lang: corpus_texts(config, lang, config.corpus.train_split) for lang in languages}
+        if training_texts is not None:
+            texts = {"tasks": list(training_texts)}
+        else:
+            texts = {lang: corpus_texts(config, lang, config.corpus.train_split) for lang in languages}
         model = config.model
         if model.backbone == "tiny":
             self.tokenizer = tiny_tokenizer(
@@ -78,21 +90,33 @@ class Pretraining:
             self.tokenizer = load_backbone_tokenizer(model.backbone, model.revision, model.trust_remote_code)
             self.mlm_config = None
         masking_collator(self.tokenizer, config.corpus.mlm_probability)  # no mask token: one clear error now
-        self.blocks = [b for lang in languages for b in packed_blocks(self.tokenizer, texts[lang], self.block_size)]
+        self.blocks = [b for ts in texts.values() for b in packed_blocks(self.tokenizer, ts, self.block_size)]
         self.tokens_per_step = p.micro_batch_size * proc.world_size * self.block_size
         if len(self.blocks) < p.micro_batch_size * proc.world_size:
+            source = "the tasks' training text (stability.surt)" if self.retraining else "corpus"
             raise ConfigError(
-                f"corpus: {len(self.blocks)} blocks of {self.block_size} tokens are fewer than one "
+                f"{source}: {len(self.blocks)} blocks of {self.block_size} tokens are fewer than one "
                 f"global batch ({p.micro_batch_size * proc.world_size}); lower pretrain.micro_batch_size"
             )
-        self.eval_set = build_eval_set(config, self.tokenizer, languages, self.block_size)
+        self.eval_set = None if self.retraining else build_eval_set(config, self.tokenizer, languages, self.block_size)
 
     def new_model(self):
         model = self.config.model
         if self.mlm_config is not None:
             torch.manual_seed(self.config.pretrain.seed)
             return AutoModelForMaskedLM.from_config(self.mlm_config)
-        return load_mlm_model(model.backbone, model.revision, model.trust_remote_code)
+        if not self.retraining:
+            return load_mlm_model(model.backbone, model.revision, model.trust_remote_code)
+        mlm, head_missing = load_mlm_checkpoint(model.backbone, model.revision, model.trust_remote_code)
+        if head_missing:
+            # a random head would send noise into the encoder for SURT's first steps -- the opposite of starting
+            # fine-tuning closer to its end point (Fu, So & Collier, 2023, Theorem 2.2)
+            raise ConfigError(
+                f"stability.surt: model.backbone={model.backbone!r} has no masked-LM head to re-train with "
+                f"(lacks {', '.join(head_missing[:3])}{', ...' if len(head_missing) > 3 else ''}); use a backbone "
+                "with one, or pretrain.before_finetune to pre-train one first"
+            )
+        return mlm
 
     def steps_for(self, tokens: int) -> int:
         return math.ceil(tokens / self.tokens_per_step)
@@ -160,6 +184,8 @@ class Pretraining:
                 save(budget, seen, step, self.evaluate(engine.module), engine)
 
     def evaluate(self, mlm_model) -> dict[str, float]:
+        if self.eval_set is None:
+            return {}
         encoder, head, tied = split_mlm_model(mlm_model)
         wrapper = MaskedLM(encoder, head, tied)
         return lp_per_language(wrapper, self.eval_set, 64, next(mlm_model.parameters()).device)

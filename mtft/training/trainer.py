@@ -45,6 +45,7 @@ from mtft.training.restore import save_encoder_files
 from mtft.training.rundir import create_run_dir
 from mtft.training.setup import build_model, heads_metadata, make_tokenizer_factory, shared_parameters
 from mtft.training.step import LossWeightedStep
+from mtft.training.surt import surt_backbone
 from mtft.weighting import build_weighting
 
 
@@ -99,6 +100,7 @@ class Run:
         datasets.disable_progress_bars()  # mtft logs one line per loaded split instead
         barrier()
         self.model_config = pretrained_backbone(config, self.proc)  # pretrain.before_finetune: the cached checkpoint
+        self.model_config = surt_backbone(self.model_config, self.proc)  # stability.surt: re-trained on task text
         self.data = self._prepare_data_rank0_first()
         forgetting = prepare_forgetting(config, self.model_config, self.data)
         # built before the run directory: a bad backbone or adapter writes nothing

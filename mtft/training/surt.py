@@ -1,0 +1,124 @@
+"""SURT, self unsupervised re-training (Fu, So & Collier, 2023, §3.3): before fine-tuning, the backbone is re-trained
+with masked-LM on the fine-tuning tasks' own training text, labels dropped, and fine-tuning starts from there -- a
+start point closer to the fine-tuned weights, which Theorem 2.2 bounds the leave-one-out instability by
+(‖w_0 − w_*‖).
+
+It is the masked-LM stage of :mod:`mtft.training.pretrain` on other text: the same packing, dynamic masking,
+DeepSpeed loop and Hugging Face checkpoint folder, with ``pretrain``'s optimizer, schedule, block size, micro-batch
+and seed (``stability.surt.lr`` may replace the peak rate). The checkpoint is cached under a hash of the backbone's
+identity, the texts' content, these settings and the process count, so the seeds of a study re-train once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Sequence
+
+from mtft.config.deepspeed import zero_stage
+from mtft.config.paths import cache_dir
+from mtft.config.schema import RunConfig
+from mtft.core.atomic import MARKER
+from mtft.core.distributed import ProcessInfo, barrier
+from mtft.core.runlock import waiting_lock
+from mtft.data.pipeline import task_training_texts
+from mtft.reporting.logs import logger
+from mtft.training.pretrain import Pretraining, quiet_progress
+
+SURT_VERSION = "1"  # bump when re-training changes what it produces, to invalidate cached checkpoints
+
+
+def surt_settings(config: RunConfig) -> RunConfig:
+    """``config`` with the pretrain section SURT trains with: its lr replaced by ``stability.surt.lr`` if set."""
+    surt, pretrain = config.stability.surt, config.pretrain
+    if surt.lr is None:
+        return config
+    optimizer = pretrain.optimizer.model_copy(update={"lr": surt.lr})
+    return config.model_copy(update={"pretrain": pretrain.model_copy(update={"optimizer": optimizer})})
+
+
+def surt_key(config: RunConfig, texts: Sequence[str], world_size: int = 1) -> str:
+    """A hash of everything that determines the re-trained checkpoint: the backbone (Hub id and revision, or a local
+    folder's content), the texts, the SURT and masked-LM settings, precision, clipping, processes and ZeRO stage."""
+    config = surt_settings(config)
+    p = config.pretrain
+    parts = {
+        "version": SURT_VERSION,
+        "backbone": _backbone_identity(config),
+        "texts": hashlib.sha256("\0".join(texts).encode()).hexdigest(),
+        "surt": config.stability.surt.model_dump(mode="json"),
+        "mlm": p.model_dump(mode="json", include={"seed", "block_size", "micro_batch_size", "optimizer", "scheduler"}),
+        "block_size": p.block_size or config.data.max_length,
+        "mlm_probability": config.corpus.mlm_probability,
+        "precision": config.training.precision,
+        "clipping": config.training.gradient_clipping,
+        "processes": world_size,
+        "zero_stage": zero_stage(config),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def _backbone_identity(config: RunConfig) -> dict:
+    model = config.model
+    identity = {"backbone": model.backbone, "revision": model.revision}
+    folder = Path(model.backbone)
+    if folder.is_dir():  # a local folder (the cached pre-trained tiny one included) is named by its content
+        digest = hashlib.sha256()
+        for file in sorted(f for f in folder.rglob("*") if f.is_file()):
+            digest.update(str(file.relative_to(folder)).encode() + b"\0" + file.read_bytes())
+        identity = {"folder_content": digest.hexdigest()}
+    return identity
+
+
+def surt_backbone(config: RunConfig, proc: ProcessInfo) -> RunConfig:
+    """``config`` itself, or -- with ``stability.surt.enabled`` -- a copy whose ``model.backbone`` is the backbone
+    re-trained on the tasks' training text, from the cache or re-trained now (every rank trains, rank 0 writes).
+    ``config.model.backbone`` is what fine-tuning would start from (after ``pretrain.before_finetune``)."""
+    if not config.stability.surt.enabled:
+        return config
+    quiet_progress()
+    texts = task_training_texts(config)
+    folder = cache_dir(config) / "surt" / surt_key(config, texts, proc.world_size)
+    if (folder / MARKER).is_file():
+        logger.info(f"SURT: re-trained backbone from the cache: {folder}")
+    else:
+        _fill_cache(surt_settings(config), texts, folder, proc)
+    model = config.model.model_copy(update={"backbone": str(folder), "revision": None})
+    return config.model_copy(update={"model": model})
+
+
+def _fill_cache(config: RunConfig, texts: list[str], folder: Path, proc: ProcessInfo) -> None:
+    """Re-train into the cache entry ``folder``; runs started together share it (the first trains under a lock)."""
+    lock = folder.parent / f".{folder.name}.lock"
+    holding = waiting_lock(lock, lambda: logger.info(f"SURT: waiting for another run re-training {folder}"))
+    with holding if proc.is_main else contextlib.nullcontext():
+        barrier()
+        if (folder / MARKER).is_file():
+            logger.info(f"SURT: re-trained backbone from the cache (written meanwhile): {folder}")
+            return
+        pre = Pretraining(config, [], proc, training_texts=texts)
+        tokens = config.stability.surt.tokens
+        logger.info(
+            f"SURT: re-training the backbone ({config.model.backbone}) with masked-LM on the tasks' training text "
+            f"({len(texts)} texts, {len(pre.blocks)} blocks): {tokens:,} tokens, {pre.steps_for(tokens)} steps -> "
+            f"{folder}"
+        )
+        start = time.perf_counter()
+
+        def save(budget, seen, step, _lp, engine):
+            meta = {
+                "tokens_budget": budget,
+                "tokens_seen": seen,
+                "steps": step,
+                "texts": len(texts),
+                "backbone": config.model.backbone,
+                "seed": config.pretrain.seed,
+                "seconds": time.perf_counter() - start,
+            }
+            pre.write_checkpoint(folder, engine, meta)
+            logger.info(f"SURT: re-trained in {time.perf_counter() - start:.0f} s")
+
+        pre.train(tokens, [tokens], save, log=None)
