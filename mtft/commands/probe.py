@@ -143,6 +143,26 @@ def _corpus(args, defaults: dict, folder) -> dict:
     return corpus
 
 
+def _surt_backbone(folder: Path, config, run, backbone: str, revision) -> str:
+    """The cache entry of the backbone SURT re-trained for the run (mtft.training.surt), which must exist."""
+    from mtft.config.paths import cache_dir
+    from mtft.data.pipeline import task_training_texts
+    from mtft.training.checkpoint import latest_checkpoint, saved_world_size
+    from mtft.training.pretrain import MARKER
+    from mtft.training.surt import surt_key
+
+    model = config.model.model_copy(update={"backbone": backbone, "revision": revision})
+    world_size = saved_world_size(latest_checkpoint(run.run_dir) or run.checkpoint)
+    key = surt_key(config.model_copy(update={"model": model}), task_training_texts(config), world_size)
+    entry = cache_dir(config) / "surt" / key
+    if not (entry / MARKER).is_file():
+        raise CheckpointError(
+            f"--checkpoint {folder}: its SURT re-trained backbone is not in the cache ({entry}); "
+            "run the run's config again to rebuild it"
+        )
+    return str(entry)
+
+
 def _finetune_checkpoint(folder: Path, args):
     """A fine-tuning checkpoint, rebuilt as every restore is (:func:`mtft.training.restore.load_run`), under the
     MLM head of the backbone it was fine-tuned from: one model per adapter the method routes to."""
@@ -190,6 +210,8 @@ def _finetune_checkpoint(folder: Path, args):
             f"--checkpoint {folder}: the run fine-tuned an untrained tiny encoder, which has no "
             "masked-LM head to probe; pre-train it (pretrain.before_finetune) or probe a backbone"
         )
+    if config.stability.surt.enabled:  # fine-tuned from the SURT re-trained backbone: probe under its head
+        backbone, revision = _surt_backbone(folder, config, run, backbone, revision), None
     mlm_model, head_missing = load_mlm_checkpoint(backbone, revision, config.model.trust_remote_code)
     if head_missing:  # the head the run's monitors fitted to θ_p (from the cache, or fitted again alike)
         fitted_head(mlm_model, run.tokenizer, config, languages, backbone)

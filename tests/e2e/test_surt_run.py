@@ -63,3 +63,14 @@ def test_surt_retrains_once_and_fine_tuning_starts_from_it(tmp_path):
     finetune(tmp_path / "plain", cache, **{"stability.surt.enabled": False})  # the pre-trained backbone itself
     plain = final(tmp_path / "plain")
     assert plain.keys() == first.keys() and not all(torch.equal(first[k], plain[k]) for k in first)
+
+    assert probe(tmp_path, cache).returncode == 0  # under the re-trained backbone's masked-LM head
+    surt.rename(surt.with_name("moved"))
+    missing = probe(tmp_path, cache)
+    assert missing.returncode != 0 and "its SURT re-trained backbone is not in the cache" in missing.stderr
+
+
+def probe(tmp_path: Path, cache: Path):
+    checkpoint = str(tmp_path / f"surt/checkpoints/step-{STEPS:08d}")
+    args = ["--gamma", "0.5", "--languages", "en", "--max-examples", "10", "--out", str(tmp_path / "probe")]
+    return run_cli("probe", "--checkpoint", checkpoint, *args, MTFT_CACHE=str(cache))
