@@ -343,6 +343,23 @@ class EvaluationSection(Section):
         "average over languages) or '<task>/<language>/<metric>'. Default: no best-checkpoint selection.",
     )
     greater_is_better: bool = Field(True, description="Whether a larger metric_for_best is better.")
+    early_stopping_patience: Optional[int] = Field(
+        None,
+        ge=1,
+        description="Stop training after this many consecutive evaluations (every_steps) in which metric_for_best "
+        "did not improve on its best value (a tie is no improvement); best/ keeps the best step, and the final "
+        "evaluation and report still happen. Null: train for training.max_steps.",
+    )
+
+    @model_validator(mode="after")
+    def _early_stopping_needs_evaluations(self) -> "EvaluationSection":
+        if self.early_stopping_patience is not None and (self.metric_for_best is None or self.every_steps is None):
+            raise ValueError(
+                f"early_stopping_patience={self.early_stopping_patience} counts evaluations without improvement of "
+                "metric_for_best: set evaluation.metric_for_best and evaluation.every_steps, "
+                "or early_stopping_patience=null"
+            )
+        return self
 
 
 class CheckpointSection(Section):

@@ -36,6 +36,7 @@ from mtft.models.multihead import average_heads
 from mtft.reporting.logs import MetricsLog, add_file_log, held_log_lines, logger, setup_console_logging
 from mtft.reporting.report import write_report
 from mtft.training import checkpoint as ckpt
+from mtft.training.early_stopping import EarlyStopping
 from mtft.training.engine import initialize
 from mtft.training.gram_step import GramWeightedStep
 from mtft.training.metric import OptimizerMetric
@@ -120,6 +121,9 @@ class Run:
         self.step_fn = self._build_step()
         self.sampler = self._sampler()
         self.step, self.best, self.stationary_run = 0, None, 0
+        self.early_stopping = EarlyStopping(
+            config.evaluation.early_stopping_patience, config.evaluation.greater_is_better
+        )
         self.monitor = build_monitor(forgetting, config, self.engine, self.data, self.proc.is_main, self.run_dir)
         self.resume_rows, self.saved_step, self.stop_signal = None, None, None
         if resume_from is not None:
@@ -278,7 +282,8 @@ class Run:
 
     def _train_steps(self, bar, window) -> None:
         cfg = self.config
-        while self.step < cfg.training.max_steps:
+        # a resumed run that had already stopped early (its last checkpoint is the stopping step) trains no further
+        while self.step < cfg.training.max_steps and not self.early_stopping.should_stop:
             self._stop_if_signalled()  # at a step boundary: the previous step, its logs and its save are complete
             result = self.step_fn(self._micro_batches())
             self.step += 1
@@ -320,6 +325,9 @@ class Run:
             every = cfg.evaluation.every_steps
             if every and self.step % every == 0 and self.step < cfg.training.max_steps:
                 self._evaluate(final=False)
+                if self.early_stopping.should_stop:
+                    self._stop_early()
+                    break
             every = cfg.checkpointing.every_steps
             if every and self.step % every == 0 and self.step < cfg.training.max_steps:
                 self._save()
@@ -340,6 +348,19 @@ class Run:
             "Lower training.optimizer.lr or keep training.gradient_clipping on, and start again"
         )
 
+    def _stop_early(self) -> None:
+        cfg = self.config.evaluation
+        best = self.best or {}
+        logger.info(
+            f"step {self.step}: {cfg.metric_for_best} did not improve for {cfg.early_stopping_patience} evaluation(s) "
+            f"(best {best.get('value', float('nan')):.4f} at step {best.get('step')}); stopping early"
+        )
+        self.log.log(
+            self.step,
+            "stopped",
+            {"reason": "early_stopping", "patience": cfg.early_stopping_patience, "best_step": best.get("step")},
+        )
+
     def _stationary(self, result) -> bool:
         eps = self.config.weighting.stationarity_eps
         if eps is None or "stationarity" not in result.extras:
@@ -355,10 +376,7 @@ class Run:
         logger.info(f"step {self.step}: {summary}")
         if cfg.metric_for_best:
             value = result.metrics[cfg.metric_for_best]
-            better = self.best is None or (
-                value > self.best["value"] if cfg.greater_is_better else value < self.best["value"]
-            )
-            if better:
+            if self.early_stopping.update(value):  # strictly better than the best so far (or the first)
                 self.best = {"metric": cfg.metric_for_best, "value": value, "step": self.step}
                 self._save_best(result)
         return result
@@ -380,6 +398,7 @@ class Run:
             "best": self.best,
             "objectives": self.data.objective_names,
             "stationary_run": self.stationary_run,
+            "early_stopping": self.early_stopping.state_dict(),
             "forgetting": self.monitor.state_dict(),
             "log_rows": self.log.rows,  # resume keeps exactly these rows of metrics.jsonl
         }
@@ -408,6 +427,9 @@ class Run:
             raise CheckpointError(f"{path} was trained on objectives {state.get('objectives')}, not these")
         self.step, self.best = int(state["step"]), state.get("best")
         self.stationary_run = int(state.get("stationary_run", 0))
+        self.early_stopping.load_state_dict(state.get("early_stopping"))
+        if state.get("early_stopping") is None and self.best is not None:  # a checkpoint from before early stopping
+            self.early_stopping.best = self.best["value"]
         self.resume_rows = state.get("log_rows")
         self.sampler.load_state_dict(state["sampler"])
         self.monitor.load_state_dict(state.get("forgetting"))
