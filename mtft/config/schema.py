@@ -195,6 +195,18 @@ class DataSection(Section):
     cache_dir: Optional[str] = Field(
         None, description="Cache for tokenizers and datasets; default $MTFT_CACHE or ~/.cache/mtft."
     )
+    dev_split: Optional[float] = Field(
+        None,
+        gt=0.0,
+        lt=1.0,
+        description="Hold out this fraction of each training (task, language) split as the dev set that the "
+        "evaluations during training (metric_for_best, early stopping) score, e.g. 0.1 for the 90/10 split of "
+        "Fu, So & Collier (2023, §4.1); evaluation.split then serves only as the test set of the final "
+        "evaluation. Null: train on the whole training split and evaluate evaluation.split throughout.",
+    )
+    dev_split_seed: int = Field(
+        0, ge=0, description="Seed of the dev_split shuffle: the same held-out examples whatever run.seed is."
+    )
 
     @property
     def longest_row(self) -> int:

@@ -120,7 +120,7 @@ class Run:
         self.builder = BatchBuilder(self.data)
         self.step_fn = self._build_step()
         self.sampler = self._sampler()
-        self.step, self.best, self.stationary_run = 0, None, 0
+        self.step, self.best, self.stationary_run, self.dev_scored_step = 0, None, 0, None
         self.early_stopping = EarlyStopping(
             config.evaluation.early_stopping_patience, config.evaluation.greater_is_better
         )
@@ -369,11 +369,28 @@ class Run:
         return self.stationary_run >= self.config.weighting.stationarity_patience
 
     def _evaluate(self, final: bool) -> Evaluation:
+        """An evaluation during training selects best/ and drives early stopping; with data.dev_split it scores
+        the held-out dev set (logged as "dev" rows), and evaluation.split is scored once, at the end, as the test
+        set (logged as "eval" rows), never selecting anything."""
+        if self.config.data.dev_split is None:
+            return self._select_best(self._score(dev=False))
+        if not (final and self.dev_scored_step == self.step):  # an early stop has just scored this step
+            self.dev_scored_step = self.step
+            selection = self._select_best(self._score(dev=True))
+            if not final:
+                return selection
+        return self._score(dev=False)
+
+    def _score(self, dev: bool) -> Evaluation:
         cfg = self.config.evaluation
-        result = evaluate(self.engine.module, self.data, self.builder, cfg.batch_size, self.engine.device)
-        self.log.log(self.step, "eval", result.metrics)
+        result = evaluate(self.engine.module, self.data, self.builder, cfg.batch_size, self.engine.device, dev=dev)
+        self.log.log(self.step, "dev" if dev else "eval", result.metrics)
         summary = ", ".join(f"{k}={v:.4f}" for k, v in result.metrics.items() if k.count("/") == 1)
-        logger.info(f"step {self.step}: {summary}")
+        logger.info(f"step {self.step}: {'dev ' if dev else ''}{summary}")
+        return result
+
+    def _select_best(self, result: Evaluation) -> Evaluation:
+        cfg = self.config.evaluation
         if cfg.metric_for_best:
             value = result.metrics[cfg.metric_for_best]
             if self.early_stopping.update(value):  # strictly better than the best so far (or the first)
@@ -465,6 +482,11 @@ class Run:
             ),
             ("DeepSpeed", f"{cfg.training.deepspeed_config} (ZeRO stage {self.engine.zero_optimization_stage()})"),
             ("evaluation split", cfg.evaluation.split),
+            *(
+                [("dev split", f"{cfg.data.dev_split:g} of each training split (seed {cfg.data.dev_split_seed})")]
+                if cfg.data.dev_split is not None
+                else []
+            ),
         ]
         path = write_report(
             self.run_dir,

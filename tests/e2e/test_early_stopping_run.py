@@ -25,21 +25,23 @@ def expected_stop(values: list[float], patience: int) -> int:
     raise AssertionError(f"no early stop in {values}")
 
 
+OVERRIDES = {
+    "weighting.method": "mean",
+    "weighting.options": {},
+    "training.optimizer.lr": 1e-12,  # the weights barely move: accuracy is the same at every evaluation
+    "training.scheduler.warmup_ratio": 0.0,
+    "data.tasks": "[{name: xnli, languages: [en], protocol: in_language, max_train_examples: 64, "
+    "max_eval_examples: 32}]",
+    "evaluation.every_steps": EVERY,
+    "evaluation.early_stopping_patience": PATIENCE,
+    "checkpointing.every_steps": None,
+    "logging.every_steps": 1,
+}
+
+
 def test_a_run_stops_after_patience_evaluations_without_improvement(tmp_path: Path):
     out = tmp_path / "run"
-    overrides = {
-        "weighting.method": "mean",
-        "weighting.options": {},
-        "training.optimizer.lr": 1e-12,  # the weights barely move: accuracy is the same at every evaluation
-        "training.scheduler.warmup_ratio": 0.0,
-        "data.tasks": "[{name: xnli, languages: [en], protocol: in_language, max_train_examples: 64, "
-        "max_eval_examples: 32}]",
-        "evaluation.every_steps": EVERY,
-        "evaluation.early_stopping_patience": PATIENCE,
-        "checkpointing.every_steps": None,
-        "logging.every_steps": 1,
-    }
-    result = run_cli("--config", BASE_CONFIG, *base_overrides(out, MAX_STEPS, **overrides))
+    result = run_cli("--config", BASE_CONFIG, *base_overrides(out, MAX_STEPS, **OVERRIDES))
     assert result.returncode == 0, result.stderr[-3000:]
     events = read_jsonl(out / "metrics.jsonl")
     evals = [e for e in events if e["kind"] == "eval"]
@@ -57,3 +59,24 @@ def test_a_run_stops_after_patience_evaluations_without_improvement(tmp_path: Pa
     assert final["step"] == stop_step  # the final evaluation still ran, at the step training stopped
     assert json.loads((out / "metrics.json").read_text())["step"] == stop_step and (out / "report.md").is_file()
     assert "stopping early" in (out / "train.log").read_text()
+
+
+def test_with_a_dev_split_selection_scores_the_dev_set_and_the_final_evaluation_the_test_set(tmp_path: Path):
+    out = tmp_path / "run"
+    overrides = {**OVERRIDES, "data.dev_split": 0.25}
+    result = run_cli("--config", BASE_CONFIG, *base_overrides(out, MAX_STEPS, **overrides))
+    assert result.returncode == 0, result.stderr[-3000:]
+    events = read_jsonl(out / "metrics.jsonl")
+    dev = [e for e in events if e["kind"] == "dev"]
+    test = [e for e in events if e["kind"] == "eval"]
+    stop_step = EVERY * (PATIENCE + 1)
+    assert [e["step"] for e in dev] == list(range(EVERY, stop_step + 1, EVERY))  # the stop step scored once
+    assert [e["step"] for e in test] == [stop_step]  # the test set: once, at the end
+    [stopped] = [e for e in events if e["kind"] == "stopped"]
+    assert stopped["reason"] == "early_stopping" and stopped["step"] == stop_step
+    best = json.loads((out / "best/metrics.json").read_text())
+    assert best == {"step": EVERY, **{k: v for k, v in dev[0].items() if k not in ("step", "kind")}}
+    final = json.loads((out / "metrics.json").read_text())
+    assert final == {"step": stop_step, **{k: v for k, v in test[0].items() if k not in ("step", "kind")}}
+    assert len((out / "predictions/validation/xnli/en.jsonl").read_text().splitlines()) == 32  # the whole test set
+    assert "| xnli/en | 48 |" in (out / "report.md").read_text()  # trained on 48 of the 64 examples
