@@ -1,6 +1,7 @@
 """Early stopping end to end (evaluation.early_stopping_patience): with a learning rate too small to change a
 prediction, the metric never improves after the first evaluation, so the run stops after exactly ``patience`` more
-evaluations, logs why, keeps the best step in best/, and still evaluates and reports at the end."""
+evaluations, logs why, keeps the best step in best/, and still evaluates and reports at the end; resumed, it trains
+no further. With data.dev_split the evaluations during training score the dev set, and the test set is scored once."""
 
 from __future__ import annotations
 
@@ -59,6 +60,12 @@ def test_a_run_stops_after_patience_evaluations_without_improvement(tmp_path: Pa
     assert final["step"] == stop_step  # the final evaluation still ran, at the step training stopped
     assert json.loads((out / "metrics.json").read_text())["step"] == stop_step and (out / "report.md").is_file()
     assert "stopping early" in (out / "train.log").read_text()
+    # resumed, the stopped run trains no further: the count of evaluations without improvement is in the checkpoint
+    resumed = run_cli("--config", BASE_CONFIG, *base_overrides(out, MAX_STEPS, **OVERRIDES), "run.resume=true")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert [(e["step"], e["kind"]) for e in read_jsonl(out / "metrics.jsonl")] == [
+        (e["step"], e["kind"]) for e in events
+    ]
 
 
 def test_with_a_dev_split_selection_scores_the_dev_set_and_the_final_evaluation_the_test_set(tmp_path: Path):
