@@ -195,6 +195,18 @@ class DataSection(Section):
     cache_dir: Optional[str] = Field(
         None, description="Cache for tokenizers and datasets; default $MTFT_CACHE or ~/.cache/mtft."
     )
+    dev_split: Optional[float] = Field(
+        None,
+        gt=0.0,
+        lt=1.0,
+        description="Hold out this fraction of each training (task, language) split as the dev set that the "
+        "evaluations during training (metric_for_best, early stopping) score, e.g. 0.1 for the 90/10 split of "
+        "Fu, So & Collier (2023, §4.1); evaluation.split then serves only as the test set of the final "
+        "evaluation. Null: train on the whole training split and evaluate evaluation.split throughout.",
+    )
+    dev_split_seed: int = Field(
+        0, ge=0, description="Seed of the dev_split shuffle: the same held-out examples whatever run.seed is."
+    )
 
     @property
     def longest_row(self) -> int:
@@ -343,6 +355,23 @@ class EvaluationSection(Section):
         "average over languages) or '<task>/<language>/<metric>'. Default: no best-checkpoint selection.",
     )
     greater_is_better: bool = Field(True, description="Whether a larger metric_for_best is better.")
+    early_stopping_patience: Optional[int] = Field(
+        None,
+        ge=1,
+        description="Stop training after this many consecutive evaluations (every_steps) in which metric_for_best "
+        "did not improve on its best value (a tie is no improvement); best/ keeps the best step, and the final "
+        "evaluation and report still happen. Null: train for training.max_steps.",
+    )
+
+    @model_validator(mode="after")
+    def _early_stopping_needs_evaluations(self) -> "EvaluationSection":
+        if self.early_stopping_patience is not None and (self.metric_for_best is None or self.every_steps is None):
+            raise ValueError(
+                f"early_stopping_patience={self.early_stopping_patience} counts evaluations without improvement of "
+                "metric_for_best: set evaluation.metric_for_best and evaluation.every_steps, "
+                "or early_stopping_patience=null"
+            )
+        return self
 
 
 class CheckpointSection(Section):

@@ -45,9 +45,12 @@ class BatchBuilder:
         objectives = [self.data.unit_objective[u] for u, _ in pairs]
         return self.collate(rows, heads, objectives)
 
-    def eval_batches(self, task: str, language: str, batch_size: int) -> Iterator[tuple[list[dict], dict]]:
-        """(encoded rows with all their columns, the padded batch) per slice of the evaluation data."""
-        dataset = self.data.tasks[task].eval[language]
+    def eval_batches(
+        self, task: str, language: str, batch_size: int, dev: bool = False
+    ) -> Iterator[tuple[list[dict], dict]]:
+        """(encoded rows with all their columns, the padded batch) per slice of the evaluation (or dev) data."""
+        td = self.data.tasks[task]
+        dataset = td.dev[language] if dev else td.eval[language]
         head = self.head_of_task[task]
         for start in range(0, len(dataset), batch_size):
             chunk = dataset[start : start + batch_size]

@@ -23,6 +23,7 @@ from mtft.tasks.hidden import HiddenLabelsError, check_not_hidden
 
 logger = logging.getLogger("mtft")
 
+DEV = "dev"  # the split name of data.dev_split's held-out examples in TaskData.origin
 ENCODING_VERSION = "2"  # bump when the encoding of rows changes, to invalidate cached tokenisations
 
 
@@ -50,6 +51,8 @@ class TaskData:
     raw_eval: dict[str, datasets.Dataset] = field(default_factory=dict)
     train: dict[str, datasets.Dataset] = field(default_factory=dict)
     eval: dict[str, datasets.Dataset] = field(default_factory=dict)
+    raw_dev: dict[str, datasets.Dataset] = field(default_factory=dict)  # data.dev_split: held out of raw_train
+    dev: dict[str, datasets.Dataset] = field(default_factory=dict)
     origin: dict[tuple[str, str], str] = field(default_factory=dict)  # (split, language) -> where it came from
 
 
@@ -67,7 +70,10 @@ class PreparedData:
         obj = self.train_units[unit]
         return self.tasks[obj.task].train[obj.language]
 
-    def eval_objectives(self) -> list[Objective]:
+    def eval_objectives(self, dev: bool = False) -> list[Objective]:
+        """What an evaluation scores: every evaluated (task, language), or with ``dev`` those with a dev set."""
+        if dev:
+            return [Objective(name, lang) for name, td in self.tasks.items() for lang in td.dev]
         return [Objective(name, lang) for name, td in self.tasks.items() for lang in td.languages]
 
     def head_of(self, task: str) -> str:
@@ -90,6 +96,7 @@ def prepare_data(config: RunConfig, make_tokenizer: Callable[[list[str]], Any]) 
             lang: _encode(td, ds, td.origin["train", lang], tokenizer, config) for lang, ds in td.raw_train.items()
         }
         td.eval = {lang: _encode(td, ds, td.origin[split, lang], tokenizer, config) for lang, ds in td.raw_eval.items()}
+        td.dev = {lang: _encode(td, ds, td.origin[DEV, lang], tokenizer, config) for lang, ds in td.raw_dev.items()}
     units = [Objective(name, lang) for name, td in tasks.items() for lang in td.train]
     names, unit_objective = _group(units, config.weighting.objectives)
     key = _objective_key(config.weighting.objectives)
@@ -131,6 +138,8 @@ def _load_task(chosen: SelectedTask, config: RunConfig) -> TaskData:
     for lang in chosen.training_languages():
         td.raw_train[lang] = _load(td, "train", lang, selection.max_train_examples, config)
         check_not_hidden(task, td.raw_train[lang][task.label_column], td.origin["train", lang], "trained on")
+        if config.data.dev_split is not None:
+            _hold_out_dev(td, lang, config.data.dev_split, config.data.dev_split_seed)
     for lang in languages:
         td.raw_eval[lang] = _load(td, split, lang, selection.max_eval_examples, config)
     label_sets = {tuple(task.resolve_label_names(ds)) for ds in [*td.raw_train.values(), *td.raw_eval.values()]}
@@ -143,6 +152,18 @@ def _load_task(chosen: SelectedTask, config: RunConfig) -> TaskData:
         except HiddenLabelsError:  # a benchmark test set: predicted, not scored; its ids must still be unique
             unique_by_id(task.split_ids(dataset), [None] * len(dataset), td.origin[split, lang])
     return td
+
+
+def _hold_out_dev(td: TaskData, lang: str, fraction: float, seed: int) -> None:
+    """data.dev_split: a seeded random ``fraction`` of the language's training examples becomes its dev set.
+    Raw examples are split, before encoding, so the windows or choices of one example stay on one side."""
+    train, where = td.raw_train[lang], td.origin["train", lang]
+    try:
+        parts = train.train_test_split(test_size=fraction, shuffle=True, seed=seed)
+    except ValueError as error:  # too few examples for both sides to be non-empty
+        raise DataError(f"{where}: data.dev_split={fraction} cannot split {len(train)} example(s): {error}") from None
+    td.raw_train[lang], td.raw_dev[lang] = parts["train"], parts["test"]
+    td.origin[DEV, lang] = f"{where}, dev {fraction:g} held out (seed {seed})"
 
 
 def _check_borrowed_heads(tasks: dict[str, TaskData]) -> None:

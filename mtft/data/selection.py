@@ -88,7 +88,11 @@ def check_metric_for_best(config: RunConfig, selected: list[SelectedTask]) -> No
     key = config.evaluation.metric_for_best
     if key is None:
         return
-    valid = [f"{c.name}/{m}" for c in selected for m in c.task.metrics]
-    valid += [f"{c.name}/{lang}/{m}" for c in selected for lang in c.languages for m in c.task.metrics]
+    # data.dev_split: selection scores the dev set, held out of the training languages' training splits only
+    dev = config.data.dev_split is not None
+    scored = [(c, c.training_languages() if dev else c.languages) for c in selected]
+    valid = [f"{c.name}/{m}" for c, langs in scored if langs for m in c.task.metrics]
+    valid += [f"{c.name}/{lang}/{m}" for c, langs in scored for lang in langs for m in c.task.metrics]
     if key not in valid:
-        raise ConfigError(f"evaluation.metric_for_best={key!r} is not a metric of this run; valid: {', '.join(valid)}")
+        where = "of the dev set (data.dev_split)" if dev else "of this run"
+        raise ConfigError(f"evaluation.metric_for_best={key!r} is not a metric {where}; valid: {', '.join(valid)}")

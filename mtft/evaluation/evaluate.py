@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from statistics import mean
 
 from mtft.data.batching import BatchBuilder
-from mtft.data.pipeline import PreparedData
+from mtft.data.pipeline import DEV, PreparedData
 from mtft.evaluation.scoring import score
 from mtft.reporting.logs import logger
 from mtft.tasks.hidden import HiddenLabelsError
@@ -23,17 +23,21 @@ class Evaluation:
     predictions: dict[tuple[str, str], list[dict]]  # (task, language) -> [{"id", "prediction"}]
 
 
-def evaluate(model, data: PreparedData, builder: BatchBuilder, batch_size: int, device) -> Evaluation:
+def evaluate(
+    model, data: PreparedData, builder: BatchBuilder, batch_size: int, device, dev: bool = False
+) -> Evaluation:
+    """Score evaluation.split, or with ``dev`` the examples data.dev_split held out of training (the languages
+    trained on only: a zero-shot language has no training examples to hold out)."""
     metrics: dict[str, float] = {}
     predictions: dict[tuple[str, str], list[dict]] = {}
     was_training = model.training
     model.eval()
-    for objective in data.eval_objectives():
+    for objective in data.eval_objectives(dev):
         td = data.tasks[objective.task]
         head_name = data.head_of(objective.task)  # an evaluation-only task (GLUE AX) borrows another's head
         head = model.heads[head_name]
         outputs = []
-        for _, batch in builder.eval_batches(objective.task, objective.language, batch_size):
+        for _, batch in builder.eval_batches(objective.task, objective.language, batch_size, dev):
             context = {k: batch[k].to(device) for k in ("attention_mask", "group_index")}
             segments = batch.get("token_type_ids")
             logits = model.predict_logits(
@@ -45,8 +49,11 @@ def evaluate(model, data: PreparedData, builder: BatchBuilder, batch_size: int, 
             )
             logits = tuple(x.float().cpu() for x in logits) if isinstance(logits, tuple) else logits.float().cpu()
             outputs += head.decode(logits, **{k: v.cpu() for k, v in context.items()})
-        encoded, raw = td.eval[objective.language], td.raw_eval[objective.language]
-        where = td.origin[td.eval_split, objective.language]
+        if dev:
+            encoded, raw = td.dev[objective.language], td.raw_dev[objective.language]
+        else:
+            encoded, raw = td.eval[objective.language], td.raw_eval[objective.language]
+        where = td.origin[DEV if dev else td.eval_split, objective.language]
         by_id = td.task.postprocess(outputs, encoded, raw, td.label_names)
         try:
             references = td.task.references(raw, td.label_names, where)
@@ -59,7 +66,8 @@ def evaluate(model, data: PreparedData, builder: BatchBuilder, batch_size: int, 
         predictions[objective.task, objective.language] = [{"id": i, "prediction": by_id[i]} for i in references]
     for name, td in data.tasks.items():
         for metric in td.task.metrics:
-            scored = [metrics[k] for lang in td.languages if (k := f"{name}/{lang}/{metric}") in metrics]
+            languages = list(td.dev) if dev else td.languages  # cross-lingual: the dev set is the training language's
+            scored = [metrics[k] for lang in languages if (k := f"{name}/{lang}/{metric}") in metrics]
             if scored:
                 metrics[f"{name}/{metric}"] = mean(scored)
     model.train(was_training)

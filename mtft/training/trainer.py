@@ -36,6 +36,7 @@ from mtft.models.multihead import average_heads
 from mtft.reporting.logs import MetricsLog, add_file_log, held_log_lines, logger, setup_console_logging
 from mtft.reporting.report import write_report
 from mtft.training import checkpoint as ckpt
+from mtft.training.early_stopping import EarlyStopping
 from mtft.training.engine import initialize
 from mtft.training.gram_step import GramWeightedStep
 from mtft.training.metric import OptimizerMetric
@@ -121,7 +122,10 @@ class Run:
         self.builder = BatchBuilder(self.data)
         self.step_fn = self._build_step()
         self.sampler = self._sampler()
-        self.step, self.best, self.stationary_run = 0, None, 0
+        self.step, self.best, self.stationary_run, self.dev_scored_step = 0, None, 0, None
+        self.early_stopping = EarlyStopping(
+            config.evaluation.early_stopping_patience, config.evaluation.greater_is_better
+        )
         self.monitor = build_monitor(forgetting, config, self.engine, self.data, self.proc.is_main, self.run_dir)
         self.resume_rows, self.saved_step, self.stop_signal = None, None, None
         if resume_from is not None:
@@ -280,7 +284,8 @@ class Run:
 
     def _train_steps(self, bar, window) -> None:
         cfg = self.config
-        while self.step < cfg.training.max_steps:
+        # a resumed run that had already stopped early (its last checkpoint is the stopping step) trains no further
+        while self.step < cfg.training.max_steps and not self.early_stopping.should_stop:
             self._stop_if_signalled()  # at a step boundary: the previous step, its logs and its save are complete
             result = self.step_fn(self._micro_batches())
             self.step += 1
@@ -322,6 +327,9 @@ class Run:
             every = cfg.evaluation.every_steps
             if every and self.step % every == 0 and self.step < cfg.training.max_steps:
                 self._evaluate(final=False)
+                if self.early_stopping.should_stop:
+                    self._stop_early()
+                    break
             every = cfg.checkpointing.every_steps
             if every and self.step % every == 0 and self.step < cfg.training.max_steps:
                 self._save()
@@ -342,6 +350,19 @@ class Run:
             "Lower training.optimizer.lr or keep training.gradient_clipping on, and start again"
         )
 
+    def _stop_early(self) -> None:
+        cfg = self.config.evaluation
+        best = self.best or {}
+        logger.info(
+            f"step {self.step}: {cfg.metric_for_best} did not improve for {cfg.early_stopping_patience} evaluation(s) "
+            f"(best {best.get('value', float('nan')):.4f} at step {best.get('step')}); stopping early"
+        )
+        self.log.log(
+            self.step,
+            "stopped",
+            {"reason": "early_stopping", "patience": cfg.early_stopping_patience, "best_step": best.get("step")},
+        )
+
     def _stationary(self, result) -> bool:
         eps = self.config.weighting.stationarity_eps
         if eps is None or "stationarity" not in result.extras:
@@ -350,17 +371,31 @@ class Run:
         return self.stationary_run >= self.config.weighting.stationarity_patience
 
     def _evaluate(self, final: bool) -> Evaluation:
+        """An evaluation during training selects best/ and drives early stopping; with data.dev_split it scores
+        the held-out dev set (logged as "dev" rows), and evaluation.split is scored once, at the end, as the test
+        set (logged as "eval" rows), never selecting anything."""
+        if self.config.data.dev_split is None:
+            return self._select_best(self._score(dev=False))
+        if not (final and self.dev_scored_step == self.step):  # an early stop has just scored this step
+            self.dev_scored_step = self.step
+            selection = self._select_best(self._score(dev=True))
+            if not final:
+                return selection
+        return self._score(dev=False)
+
+    def _score(self, dev: bool) -> Evaluation:
         cfg = self.config.evaluation
-        result = evaluate(self.engine.module, self.data, self.builder, cfg.batch_size, self.engine.device)
-        self.log.log(self.step, "eval", result.metrics)
+        result = evaluate(self.engine.module, self.data, self.builder, cfg.batch_size, self.engine.device, dev=dev)
+        self.log.log(self.step, "dev" if dev else "eval", result.metrics)
         summary = ", ".join(f"{k}={v:.4f}" for k, v in result.metrics.items() if k.count("/") == 1)
-        logger.info(f"step {self.step}: {summary}")
+        logger.info(f"step {self.step}: {'dev ' if dev else ''}{summary}")
+        return result
+
+    def _select_best(self, result: Evaluation) -> Evaluation:
+        cfg = self.config.evaluation
         if cfg.metric_for_best:
             value = result.metrics[cfg.metric_for_best]
-            better = self.best is None or (
-                value > self.best["value"] if cfg.greater_is_better else value < self.best["value"]
-            )
-            if better:
+            if self.early_stopping.update(value):  # strictly better than the best so far (or the first)
                 self.best = {"metric": cfg.metric_for_best, "value": value, "step": self.step}
                 self._save_best(result)
         return result
@@ -382,6 +417,7 @@ class Run:
             "best": self.best,
             "objectives": self.data.objective_names,
             "stationary_run": self.stationary_run,
+            "early_stopping": self.early_stopping.state_dict(),
             "forgetting": self.monitor.state_dict(),
             "log_rows": self.log.rows,  # resume keeps exactly these rows of metrics.jsonl
         }
@@ -410,6 +446,9 @@ class Run:
             raise CheckpointError(f"{path} was trained on objectives {state.get('objectives')}, not these")
         self.step, self.best = int(state["step"]), state.get("best")
         self.stationary_run = int(state.get("stationary_run", 0))
+        self.early_stopping.load_state_dict(state.get("early_stopping"))
+        if state.get("early_stopping") is None and self.best is not None:  # a checkpoint from before early stopping
+            self.early_stopping.best = self.best["value"]
         self.resume_rows = state.get("log_rows")
         self.sampler.load_state_dict(state["sampler"])
         self.monitor.load_state_dict(state.get("forgetting"))
@@ -445,6 +484,11 @@ class Run:
             ),
             ("DeepSpeed", f"{cfg.training.deepspeed_config} (ZeRO stage {self.engine.zero_optimization_stage()})"),
             ("evaluation split", cfg.evaluation.split),
+            *(
+                [("dev split", f"{cfg.data.dev_split:g} of each training split (seed {cfg.data.dev_split_seed})")]
+                if cfg.data.dev_split is not None
+                else []
+            ),
         ]
         path = write_report(
             self.run_dir,

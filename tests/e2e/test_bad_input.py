@@ -143,6 +143,12 @@ FAST = {
     ),
     "unknown-language": ([*BASE, "data.tasks.0.languages=[en,xx]"], {}, "has no language(s) xx"),
     "bad-task-setting": ([*BASE, "data.tasks.0.settings={colour: 1}"], {}, "settings.colour"),
+    "early-stopping-without-metric": (
+        [*BASE, "evaluation.metric_for_best=null", "evaluation.early_stopping_patience=2"],
+        {},
+        "set evaluation.metric_for_best and evaluation.every_steps",
+    ),
+    "early-stopping-patience-zero": ([*BASE, "evaluation.early_stopping_patience=0"], {}, "early_stopping_patience"),
     "metric-for-best-unknown": ([*BASE, "evaluation.metric_for_best=xnli/f1"], {}, "not a metric of this run"),
     "backbone-no-folder": ([*BASE, "model.backbone={tmp}/model"], {}, "no such folder"),
     "backbone-no-config-json": (
