@@ -177,6 +177,30 @@ class TaskSelection(Section):
         return value
 
 
+class LeaveOutSection(Section):
+    """``data.leave_out``: which training examples a run leaves out (S^i of Fu, So & Collier, 2023, Def. 2.1)."""
+
+    count: Optional[int] = Field(
+        None, ge=1, description="Remove this many examples of each training (task, language) split (1: S^i)."
+    )
+    fraction: Optional[float] = Field(
+        None,
+        gt=0.0,
+        lt=1.0,
+        description="Remove this fraction of each training (task, language) split, rounded half up (0.1: the "
+        "10% of Fu, So & Collier, 2023, §4.2.7).",
+    )
+    seed: int = Field(
+        0, ge=0, description="Which examples go: the same ones whatever run.seed is (a study's draw i uses its own)."
+    )
+
+    @model_validator(mode="after")
+    def _count_or_fraction(self) -> "LeaveOutSection":
+        if (self.count is None) == (self.fraction is None):
+            raise ValueError("give exactly one of count: N and fraction: F")
+        return self
+
+
 class DataSection(Section):
     tasks: list[TaskSelection] = Field(
         default_factory=list, description="Tasks to train and evaluate (at least one for run.stage=finetune)."
@@ -206,6 +230,12 @@ class DataSection(Section):
     )
     dev_split_seed: int = Field(
         0, ge=0, description="Seed of the dev_split shuffle: the same held-out examples whatever run.seed is."
+    )
+    leave_out: Optional[LeaveOutSection] = Field(
+        None,
+        description="Train on S^i: remove {count: N} or {fraction: F} seeded examples ({seed: S}) of each training "
+        "(task, language) split, after data.dev_split; the remaining rows keep the order and batches of the run "
+        "on the whole split (docs/stability.md). Null: train on every example.",
     )
 
     @property

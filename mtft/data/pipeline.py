@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 import datasets
+import numpy as np
 
-from mtft.config.schema import RunConfig
+from mtft.config.schema import LeaveOutSection, RunConfig
 from mtft.core.errors import DataError
+from mtft.data import leave_out
 from mtft.data.selection import SelectedTask, select_tasks
 from mtft.data.sources import describe_source, load_split
 from mtft.tasks.base import Task, unique_by_id
@@ -54,6 +56,19 @@ class TaskData:
     raw_dev: dict[str, datasets.Dataset] = field(default_factory=dict)  # data.dev_split: held out of raw_train
     dev: dict[str, datasets.Dataset] = field(default_factory=dict)
     origin: dict[tuple[str, str], str] = field(default_factory=dict)  # (split, language) -> where it came from
+    # data.leave_out, per training language: the removed examples' positions in raw_train (which stays whole, so
+    # that S and S^i share one tokenisation) and ids, and the positions of the encoded rows ``train`` kept
+    left_out: dict[str, np.ndarray] = field(default_factory=dict)
+    left_out_ids: dict[str, set[str]] = field(default_factory=dict)
+    train_kept: dict[str, np.ndarray] = field(default_factory=dict)
+    train_whole: dict[str, int] = field(default_factory=dict)  # encoded rows of the whole split, before the drop
+
+    def trained_raw(self, lang: str) -> datasets.Dataset:
+        """The raw examples the run trains on: raw_train less data.leave_out's removed examples."""
+        raw = self.raw_train[lang]
+        if lang not in self.left_out:
+            return raw
+        return raw.select(np.setdiff1d(np.arange(len(raw)), self.left_out[lang]).tolist())
 
 
 @dataclass
@@ -69,6 +84,17 @@ class PreparedData:
     def train_dataset(self, unit: int) -> datasets.Dataset:
         obj = self.train_units[unit]
         return self.tasks[obj.task].train[obj.language]
+
+    def train_layout(self) -> tuple[list[Optional[np.ndarray]], list[int]]:
+        """Per training unit, the positions of its rows among the whole split's encoded rows (data.leave_out; None:
+        every row), and the whole split's row count: the sampler visits the whole split's order with the other
+        rows skipped."""
+        kept = [self.tasks[obj.task].train_kept.get(obj.language) for obj in self.train_units]
+        whole = [
+            self.tasks[obj.task].train_whole.get(obj.language, len(self.train_dataset(unit)))
+            for unit, obj in enumerate(self.train_units)
+        ]
+        return kept, whole
 
     def eval_objectives(self, dev: bool = False) -> list[Objective]:
         """What an evaluation scores: every evaluated (task, language), or with ``dev`` those with a dev set."""
@@ -97,6 +123,9 @@ def prepare_data(config: RunConfig, make_tokenizer: Callable[[list[str]], Any]) 
         }
         td.eval = {lang: _encode(td, ds, td.origin[split, lang], tokenizer, config) for lang, ds in td.raw_eval.items()}
         td.dev = {lang: _encode(td, ds, td.origin[DEV, lang], tokenizer, config) for lang, ds in td.raw_dev.items()}
+        for lang, gone in td.left_out_ids.items():  # encoded whole (S's cache), then S^i's rows dropped
+            td.train_whole[lang] = len(td.train[lang])
+            td.train[lang], td.train_kept[lang] = leave_out.drop_rows(td.train[lang], gone)
     units = [Objective(name, lang) for name, td in tasks.items() for lang in td.train]
     names, unit_objective = _group(units, config.weighting.objectives)
     key = _objective_key(config.weighting.objectives)
@@ -118,14 +147,14 @@ def task_texts(config: RunConfig) -> list[str]:
 def task_training_texts(config: RunConfig) -> list[str]:
     """The text of every task's training split (each of its text columns; never the label or id column), for
     SURT's masked-LM re-training (Fu, So & Collier, 2023, §3.3): evaluation splits and evaluation-only tasks are
-    left out, so no text the run is scored on is trained on."""
+    left out, so no text the run is scored on is trained on; so are data.leave_out's removed examples."""
     texts: list[str] = []
     for chosen in select_tasks(config):
         if chosen.task.evaluate_with is not None:
             continue
         td = _load_task(chosen, config)
-        for dataset in td.raw_train.values():
-            texts.extend(td.task.texts(dataset))
+        for lang in td.raw_train:
+            texts.extend(td.task.texts(td.trained_raw(lang)))
     return texts
 
 
@@ -140,6 +169,8 @@ def _load_task(chosen: SelectedTask, config: RunConfig) -> TaskData:
         check_not_hidden(task, td.raw_train[lang][task.label_column], td.origin["train", lang], "trained on")
         if config.data.dev_split is not None:
             _hold_out_dev(td, lang, config.data.dev_split, config.data.dev_split_seed)
+        if config.data.leave_out is not None:
+            _leave_out(td, lang, config.data.leave_out)
     for lang in languages:
         td.raw_eval[lang] = _load(td, split, lang, selection.max_eval_examples, config)
     label_sets = {tuple(task.resolve_label_names(ds)) for ds in [*td.raw_train.values(), *td.raw_eval.values()]}
@@ -164,6 +195,15 @@ def _hold_out_dev(td: TaskData, lang: str, fraction: float, seed: int) -> None:
         raise DataError(f"{where}: data.dev_split={fraction} cannot split {len(train)} example(s): {error}") from None
     td.raw_train[lang], td.raw_dev[lang] = parts["train"], parts["test"]
     td.origin[DEV, lang] = f"{where}, dev {fraction:g} held out (seed {seed})"
+
+
+def _leave_out(td: TaskData, lang: str, spec: LeaveOutSection) -> None:
+    """data.leave_out: choose the examples S^i removes from what remains of the training split (after dev_split)."""
+    raw, where = td.raw_train[lang], td.origin["train", lang]
+    removed = leave_out.choose_removed(len(raw), spec, td.task.name, lang, where)
+    td.left_out_ids[lang] = leave_out.removed_ids(td.task.split_ids(raw), removed, where)
+    td.left_out[lang] = removed
+    td.origin["train", lang] = f"{where}, {leave_out.describe(spec, len(removed))}"
 
 
 def _check_borrowed_heads(tasks: dict[str, TaskData]) -> None:

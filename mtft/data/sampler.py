@@ -10,6 +10,10 @@ Each batch slot draws its objective i.i.d. from p, so a batch may hold several o
 objective, rows are visited in a fresh random permutation per pass. Everything is a function of the seed and
 a small state (batch counter, per-objective cursor and pass), so a resumed run draws exactly the batches an
 uninterrupted run would, and every data-parallel rank draws the same global batch.
+
+With ``data.leave_out`` an objective's rows are a subset of a whole split (``kept``: their positions in it); a
+pass then visits the whole split's permutation with the other rows skipped, so that the run on S^i sees the
+batches of the run on S less the removed rows (:func:`mtft.data.leave_out.kept_order`).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 import numpy as np
+
+from mtft.data.leave_out import kept_order
 
 
 def mixing_probabilities(
@@ -41,8 +47,23 @@ def mixing_probabilities(
 class MultiObjectiveSampler:
     """Draws global batches of (objective, row) pairs."""
 
-    def __init__(self, sizes: Sequence[int], probabilities: Sequence[float], batch_size: int, seed: int):
+    def __init__(
+        self,
+        sizes: Sequence[int],
+        probabilities: Sequence[float],
+        batch_size: int,
+        seed: int,
+        kept: Optional[Sequence[Optional[np.ndarray]]] = None,
+        full_sizes: Optional[Sequence[int]] = None,
+    ):
+        """``kept[t]`` (with ``full_sizes[t]``, the whole split's row count): objective t's rows are these positions
+        of a split of that many rows; None (or no ``kept``): its rows are the whole split."""
         self.sizes = [int(n) for n in sizes]
+        self.kept = list(kept) if kept is not None else [None] * len(self.sizes)
+        self.full_sizes = [int(n) for n in full_sizes] if full_sizes is not None else list(self.sizes)
+        for t, rows in enumerate(self.kept):
+            if rows is not None and len(rows) != self.sizes[t]:
+                raise ValueError(f"objective {t}: {len(rows)} kept rows for a size of {self.sizes[t]}")
         self.probabilities = np.asarray(probabilities, dtype=np.float64)
         self.batch_size = batch_size
         self.seed = seed
@@ -53,7 +74,10 @@ class MultiObjectiveSampler:
 
     def _order(self, objective: int) -> np.ndarray:
         rng = np.random.default_rng([self.seed, 1, objective, self.passes[objective]])
-        return rng.permutation(self.sizes[objective])
+        kept = self.kept[objective]
+        if kept is None:
+            return rng.permutation(self.sizes[objective])
+        return kept_order(rng.permutation(self.full_sizes[objective]), kept)
 
     def next_batch(self) -> list[tuple[int, int]]:
         rng = np.random.default_rng([self.seed, 0, self.batches_drawn])

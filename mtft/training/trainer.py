@@ -230,7 +230,8 @@ class Run:
         sizes = [len(self.data.train_dataset(u)) for u in range(len(self.data.train_units))]
         self.mix = mixing_probabilities(sizes, mixing.strategy, mixing.temperature, mixing.cap)
         batch = self.config.training.micro_batch_size * self.proc.world_size
-        return MultiObjectiveSampler(sizes, self.mix, batch, self.config.run.seed)
+        kept, whole = self.data.train_layout()  # data.leave_out: S's order with the removed rows skipped
+        return MultiObjectiveSampler(sizes, self.mix, batch, self.config.run.seed, kept, whole)
 
     def _micro_batches(self):
         micro = self.config.training.micro_batch_size
