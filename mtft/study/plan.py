@@ -13,7 +13,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import yaml
 
@@ -39,12 +39,18 @@ class PlannedRun:
     cell: Cell
     seed: int
     run_dir: Path
-    config_path: Path  # the resolved config the job launches: <study>/configs/<cell>/seed-<n>.yaml
+    config_path: Path  # the resolved config the job launches: <study>/configs/<cell>/<slot>.yaml
     config_yaml: str = field(repr=False)
+    draw: Optional[int] = None  # leave_one_out: the run on S^i of this draw, paired with the seed's run on S
+
+    @property
+    def slot(self) -> str:
+        """The run's name within its cell: ``seed-<n>``, or ``seed-<n>-loo-<i>`` for leave-one-out draw i."""
+        return f"seed-{self.seed}" if self.draw is None else f"seed-{self.seed}-loo-{self.draw}"
 
     @property
     def key(self) -> str:
-        return f"{self.cell.name}/seed-{self.seed}"
+        return f"{self.cell.name}/{self.slot}"
 
 
 def expand_cells(spec: StudySpec) -> list[Cell]:
@@ -75,34 +81,55 @@ def expand_cells(spec: StudySpec) -> list[Cell]:
 
 
 def plan_runs(spec: StudySpec, base: Path, study_file: Path) -> list[PlannedRun]:
-    """Every (cell, seed) run with its resolved, validated config; the first invalid cell raises one line."""
+    """Every (cell, seed) run with its resolved, validated config, each followed by its ``leave_one_out`` draws;
+    the first invalid cell raises one line."""
     raw_base = read_yaml_mapping(base)
-    root = spec.directory
-    runs: list[PlannedRun] = []
     checked: set[str] = set()
+    draws = range(spec.leave_one_out.draws) if spec.leave_one_out else range(0)
+    runs: list[PlannedRun] = []
     for cell in expand_cells(spec):
         for seed in spec.seed_list:
-            run_dir = root / "runs" / cell.name / f"seed-{seed}"
-            fixed = {"run.seed": seed, "run.output_dir": str(run_dir), "run.name": f"{cell.name}-seed{seed}"}
-            raw = copy.deepcopy(raw_base)
-            try:
-                for key, value in {**spec.overrides, **cell.overrides, **fixed}.items():
-                    set_dotted(raw, key, copy.deepcopy(value))
-                config = validate_config(raw, source=f"{study_file} [cell {cell.name}]", overridden=set())
-            except ConfigError as error:
-                message = str(error)
-                if f"[cell {cell.name}]" not in message:
-                    message = f"{study_file} [cell {cell.name}]: {message}"
-                raise ConfigError(message) from None
-            if config.run.resume or config.run.overwrite:
-                raise ConfigError(
-                    f"{study_file} [cell {cell.name}]: run.resume / run.overwrite are decided by the study "
-                    "(finished runs are kept, interrupted ones resumed); leave them out of the study's configs"
-                )
-            _check_once(config, f"{study_file} [cell {cell.name}]", checked)
-            path = root / "configs" / cell.name / f"seed-{seed}.yaml"
-            runs.append(PlannedRun(cell, seed, run_dir, path, config_to_yaml(config)))
+            runs.append(_planned(spec, raw_base, study_file, cell, seed, None, checked))
+            runs += [_planned(spec, raw_base, study_file, cell, seed, draw, checked) for draw in draws]
     return runs
+
+
+def _planned(
+    spec: StudySpec,
+    raw_base: dict[str, Any],
+    study_file: Path,
+    cell: Cell,
+    seed: int,
+    draw: Optional[int],
+    checked: set[str],
+) -> PlannedRun:
+    """One run of ``cell`` with ``seed``: on S, or on S^i of leave-one-out draw ``draw``."""
+    where = f"{study_file} [cell {cell.name}]"
+    slot = f"seed-{seed}" if draw is None else f"seed-{seed}-loo-{draw}"
+    run_dir = spec.directory / "runs" / cell.name / slot
+    fixed: dict[str, Any] = {"run.seed": seed, "run.output_dir": str(run_dir)}
+    fixed["run.name"] = f"{cell.name}-seed{seed}" + ("" if draw is None else f"-loo{draw}")
+    raw = copy.deepcopy(raw_base)
+    try:
+        for key, value in {**spec.overrides, **cell.overrides, **fixed}.items():
+            set_dotted(raw, key, copy.deepcopy(value))
+        data = raw.get("data")
+        if spec.leave_one_out and isinstance(data, dict) and data.get("leave_out") is not None:
+            raise ConfigError("data.leave_out is set by the study's leave_one_out; leave it out of the run configs")
+        if spec.leave_one_out and draw is not None:
+            set_dotted(raw, "data.leave_out", spec.leave_one_out.leave_out(draw))
+        config = validate_config(raw, source=where, overridden=set())
+    except ConfigError as error:
+        message = str(error)
+        raise ConfigError(message if f"[cell {cell.name}]" in message else f"{where}: {message}") from None
+    if config.run.resume or config.run.overwrite:
+        raise ConfigError(
+            f"{where}: run.resume / run.overwrite are decided by the study "
+            "(finished runs are kept, interrupted ones resumed); leave them out of the study's configs"
+        )
+    _check_once(config, where, checked)
+    path = spec.directory / "configs" / cell.name / f"{slot}.yaml"
+    return PlannedRun(cell, seed, run_dir, path, config_to_yaml(config), draw)
 
 
 def _check_once(config: RunConfig, where: str, checked: set[str]) -> None:

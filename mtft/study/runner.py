@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from mtft.study import loo
 from mtft.study.aggregate import aggregate
 from mtft.study.collect import collect
 from mtft.study.jobs import RunJob
@@ -44,8 +45,9 @@ def run_study(spec: StudySpec, base: Path, study_file: Path, report_only: bool =
         check_run_configs(runs)
         write_run_configs(runs)
         todo = [run for run in runs if not is_finished(run.run_dir)]
+        pairs = f" (+ {spec.leave_one_out.draws} leave-one-out run(s) each)" if spec.leave_one_out else ""
         print(
-            f"[mtft] study {spec.name}: {len(expand_cells(spec))} cells x {len(spec.seed_list)} seeds = "
+            f"[mtft] study {spec.name}: {len(expand_cells(spec))} cells x {len(spec.seed_list)} seeds{pairs} = "
             f"{len(runs)} runs, {len(runs) - len(todo)} finished, {len(todo)} to run -> {root}",
             flush=True,
         )
@@ -87,10 +89,15 @@ def make_job(root: Path, run: PlannedRun, spec: StudySpec) -> RunJob:
 
 
 def report(spec: StudySpec, root: Path, runs: list[PlannedRun], study_file: Path) -> dict[str, Any]:
-    records = collect(root, runs)
+    records = collect(root, [run for run in runs if run.draw is None])  # the runs on S; S^i's enter only loo
     cells = [cell.name for cell in expand_cells(spec)]
     results = aggregate(records, spec.axes, spec.metrics, spec.baseline, cells)
     write_results(root, results, name=spec.name, command=f"python run.py study --config {study_file}")
+    if spec.leave_one_out:
+        stability = loo.measure(runs, cells)
+        loo.write(root, stability)
+        measured = sum(len(cell.pairs) for cell in stability)
+        print(f"[mtft] study {spec.name}: leave-one-out stability of {measured} pair(s) -> {root / 'loo.json'}")
     counts = {status: sum(r["status"] == status for r in records) for status in ("complete", "failed", "pending")}
     print(
         f"[mtft] study {spec.name}: {counts['complete']} complete, {counts['failed']} failed, "

@@ -8,7 +8,8 @@ and :mod:`mtft.study.plan` then validates every cell's resolved run config befor
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable, Literal, Optional
+from types import UnionType
+from typing import Any, Iterable, Literal, Optional, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -31,6 +32,30 @@ class Variant(_Section):
     @classmethod
     def _a_file_name(cls, value: str) -> str:
         return name_value(value, "variant name")
+
+
+class LeaveOneOutSection(_Section):
+    """Paired runs on S^i for the leave-one-out model stability (Fu, So & Collier, 2023, Def. 2.1 and 2.3)."""
+
+    count: Optional[int] = Field(None, ge=1, description="Examples removed from each training split (1: S^i).")
+    fraction: Optional[float] = Field(
+        None, gt=0.0, lt=1.0, description="Fraction removed from each training split (0.1: the paper's §4.2.7)."
+    )
+    draws: int = Field(1, ge=1, description="Paired runs per (cell, seed): draw i removes its own examples.")
+    seed: int = Field(
+        0, ge=0, description="Draw i removes with data.leave_out.seed = seed + i, the same in every cell and seed."
+    )
+
+    @model_validator(mode="after")
+    def _count_or_fraction(self) -> "LeaveOneOutSection":
+        if (self.count is None) == (self.fraction is None):
+            raise ValueError("give exactly one of count: N and fraction: F")
+        return self
+
+    def leave_out(self, draw: int) -> dict[str, Any]:
+        """The run config's ``data.leave_out`` of draw ``draw``."""
+        removed = {"count": self.count} if self.count is not None else {"fraction": self.fraction}
+        return {**removed, "seed": self.seed + draw}
 
 
 class SlurmSection(_Section):
@@ -103,6 +128,11 @@ class StudySpec(_Section):
         None,
         description="The cell every other is compared with, seed by seed: axis -> value, e.g. {variant: mean} or "
         "{weighting.method: mean}; paired differences with 95% confidence intervals.",
+    )
+    leave_one_out: Optional[LeaveOneOutSection] = Field(
+        None,
+        description="Next to every run on S, `draws` runs with the same seed on S^i (count or fraction of each "
+        "training split removed); the study reports E||A(S^i) − A(S)|| per cell (docs/stability.md).",
     )
     output_dir: str = Field("studies/{name}", description="The study directory; '{name}' is replaced.")
     executor: ExecutorSection = Field(
@@ -239,6 +269,8 @@ def _section(parent: list[str]) -> type[BaseModel]:
     model: type[BaseModel] = StudySpec
     for part in parent:
         annotation = model.model_fields[part].annotation if part in model.model_fields else None
+        if get_origin(annotation) in (Union, UnionType):  # Optional[Section]: the section
+            annotation = next((a for a in get_args(annotation) if a is not type(None)), annotation)
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             model = annotation
         elif part.isdigit() or annotation is not None:

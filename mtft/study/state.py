@@ -9,6 +9,8 @@ Layout::
     <study>/logs/<cell>/seed-<n>.log       each run's console output
     <study>/status/<cell>/seed-<n>.json    the last attempt: finished / failed (with its error line) / interrupted
 
+A leave_one_out study adds, beside each seed's files, ``seed-<n>-loo-<i>`` ones: the runs on S^i of draw i.
+
 A run is *finished* when its run directory holds ``metrics.json`` (written last, atomically, by the trainer); its
 status file only says what happened to the last attempt. A run directory without ``metrics.json`` is resumed.
 """
@@ -75,11 +77,11 @@ def is_started(run_dir: Path) -> bool:
 
 
 def status_path(root: Path, run: PlannedRun) -> Path:
-    return Path(root) / "status" / run.cell.name / f"seed-{run.seed}.json"
+    return Path(root) / "status" / run.cell.name / f"{run.slot}.json"
 
 
 def log_path(root: Path, run: PlannedRun) -> Path:
-    return Path(root) / "logs" / run.cell.name / f"seed-{run.seed}.log"
+    return Path(root) / "logs" / run.cell.name / f"{run.slot}.log"
 
 
 def read_status(path: Path) -> dict[str, Any]:
