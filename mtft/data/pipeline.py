@@ -204,6 +204,7 @@ def _leave_out(td: TaskData, lang: str, spec: LeaveOutSection) -> None:
     td.left_out_ids[lang] = leave_out.removed_ids(td.task.split_ids(raw), removed, where)
     td.left_out[lang] = removed
     td.origin["train", lang] = f"{where}, {leave_out.describe(spec, len(removed))}"
+    logger.info(f"{where}: data.leave_out removes {len(removed)} of {len(raw)} training examples (seed {spec.seed})")
 
 
 def _check_borrowed_heads(tasks: dict[str, TaskData]) -> None:

@@ -1,0 +1,77 @@
+"""A leave_one_out study end to end: full fine-tuning and head tuning, 1 seed, 1 draw removing one example; the
+LOO distances are finite, positive and equal to the distance of the two runs' trained parameters as load_run
+restores them."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from mtft.training.restore import load_run
+from tests.conftest import REPO, clean_env, run_process
+
+pytestmark = pytest.mark.timeout(600)
+CELLS = {"full": "encoder weights + task heads", "head": "task heads"}
+
+
+def trained_vector(run_dir: Path) -> torch.Tensor:
+    model = load_run(run_dir).model
+    return torch.cat([p.detach().double().flatten() for p in model.parameters() if p.requires_grad])
+
+
+def test_leave_one_out_study_reports_the_distance_of_each_pair(tmp_path):
+    out = tmp_path / "study"
+    study = {
+        "name": "loo",
+        "base": str(REPO / "tests/e2e/base.yaml"),
+        "overrides": {
+            "weighting.method": "mean",
+            "weighting.options": {},
+            "data.tasks.0.languages": ["en"],
+            "data.tasks.0.max_train_examples": 48,
+            "data.tasks.0.max_eval_examples": 32,
+            "training.max_steps": 6,
+            "training.micro_batch_size": 16,
+            "evaluation.every_steps": 6,
+            "checkpointing.every_steps": 6,
+            "logging.every_steps": 6,
+            "corpus.languages": ["en"],
+        },
+        "variants": [{"name": m, "overrides": {"model.adapter.method": m}} for m in CELLS],
+        "seeds": [3],
+        "leave_one_out": {"count": 1, "draws": 1, "seed": 11},
+        "metrics": ["xnli/accuracy"],
+        "output_dir": str(out),
+        "executor": {"name": "local", "workers": 2},
+    }
+    path = tmp_path / "loo.yaml"
+    path.write_text(yaml.safe_dump(study), encoding="utf-8")
+    env = clean_env(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    done = run_process([sys.executable, "run.py", "study", "--config", str(path)], env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "leave-one-out stability of 2 pair(s)" in done.stdout
+
+    results = json.loads((out / "results.json").read_text())
+    assert [c["complete"] for c in results["cells"]] == [1, 1]  # the runs on S^i are not seeds of the cell
+    cells = {c["name"]: c for c in json.loads((out / "loo.json").read_text())}
+    assert list(cells) == list(CELLS)
+    for name, part in CELLS.items():
+        cell = cells[name]
+        assert cell["trained_part"].startswith(part + " (") and not cell["missing"]
+        (pair,) = cell["pairs"]
+        assert (pair["seed"], pair["draw"]) == (3, 0)
+        s, s_i = out / "runs" / name / "seed-3", out / "runs" / name / "seed-3-loo-0"
+        assert yaml.safe_load((s_i / "config.yaml").read_text())["data"]["leave_out"]["count"] == 1
+        a, b = trained_vector(s), trained_vector(s_i)
+        assert 0 < pair["distance"] and math.isfinite(pair["distance"])
+        assert pair["distance"] == pytest.approx(float((a - b).norm()), rel=1e-9)
+        assert pair["normalized"] == pytest.approx(float((a / a.norm() - b / b.norm()).norm()), rel=1e-9)
+        assert 0 < pair["normalized"] <= 2
+        assert cell["distance"]["mean"] == pair["distance"] and cell["distance"]["n"] == 1
+    assert "## Leave-one-out stability" in (out / "study.md").read_text()
