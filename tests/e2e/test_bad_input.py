@@ -58,6 +58,11 @@ FAST = {
     "config-malformed": (["--config", "{tmp}/c.yaml"], {"c.yaml": "run: [1,\n"}, "malformed YAML"),
     "config-alias-bomb": (["--config", "{tmp}/c.yaml"], {"c.yaml": ALIAS_BOMB}, "aliases"),
     "unknown-key": ([*BASE, "colour=blue"], {}, "unknown key 'colour'"),
+    "leave-out-count-and-fraction": (
+        [*BASE, "data.leave_out={count: 1, fraction: 0.1}"],
+        {},
+        "data.leave_out: give exactly one of count: N and fraction: F",
+    ),
     "unknown-nested-key": ([*BASE, "training.colour=blue"], {}, "unknown key 'training.colour'"),
     "wrong-type": ([*BASE, "training.max_steps=abc"], {}, "training.max_steps"),
     "out-of-range": ([*BASE, "training.max_steps=0"], {}, "training.max_steps"),
@@ -191,6 +196,11 @@ SLOW = {
         "not text",
     ),
     "data-missing-file": (SENT_RUN, {"tasks/sent.yaml": SENTIMENT}, "dataset file not found"),
+    "data-leave-out-all": (
+        [*SENT_RUN, "data.leave_out={count: 8}"],
+        {"tasks/sent.yaml": SENTIMENT, "data/en/train.jsonl": GOOD_ROWS},
+        "data.leave_out count=8 removes 8 of 8 example(s); at least 1 must go and 1 remain",
+    ),
     "mmr-without-classification": (
         [
             *BASE,
