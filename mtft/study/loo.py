@@ -168,7 +168,7 @@ def measure(runs: list[PlannedRun], cells: list[str]) -> list[CellStability]:
             distance, normalized = weight_distances(
                 checkpoint / WEIGHTS, final_checkpoint(run.run_dir) / WEIGHTS, part.shapes
             )
-        except (UserError, OSError, ValueError, KeyError) as error:
+        except (UserError, OSError, ValueError, KeyError, RuntimeError) as error:  # listed in study.md with why
             cell.missing.append(f"{run.key}: {shorten(str(error))}")
             continue
         cell.trained_part = f"{part.description} ({part.size:,} weights)"

@@ -7,7 +7,7 @@ import pytest
 
 from mtft.config.load import validate_config
 from mtft.core.errors import ConfigError, DataError
-from mtft.data.leave_out import kept_order
+from mtft.data.leave_out import kept_order, removed_ids
 from mtft.data.pipeline import prepare_data, task_training_texts
 from mtft.data.sampler import MultiObjectiveSampler
 from tests.unit.data.test_data import XNLI_SOURCES, make_config, tokenizer_factory
@@ -105,3 +105,10 @@ def test_bad_leave_out_is_one_config_error(leave, message):
 def test_removing_none_or_all_is_one_data_error(leave, removes):
     with pytest.raises(DataError, match=f"data.leave_out .* removes {removes} example"):
         prepared(leave_out=leave)
+
+
+def test_an_id_shared_by_two_examples_cannot_be_removed_alone():
+    assert removed_ids(["a", "b", "c"], np.array([1]), "here") == {"b"}
+    assert removed_ids(["a", "b", "a"], np.array([1]), "here") == {"b"}  # a duplicate elsewhere is no matter
+    with pytest.raises(DataError, match="here: data.leave_out needs unique example ids, but id 'a' names 2 examples"):
+        removed_ids(["a", "b", "a"], np.array([2]), "here")

@@ -169,3 +169,43 @@ def test_bad_leave_one_out_is_one_line(tmp_path, fields, message):
         spec, base = load_study(path)
         plan_runs(spec, base, path)
     assert "\n" not in str(error.value)
+
+
+def test_measure_pairs_each_finished_run_on_s_i_with_its_run_on_s(tmp_path):
+    from safetensors.torch import load_file
+
+    from mtft.study.plan import Cell, PlannedRun
+
+    (tmp_path / "s").mkdir(), (tmp_path / "si").mkdir()
+    s_dir, checkpoint = fake_run(tmp_path / "s", "head")
+    si_dir, si_checkpoint = fake_run(tmp_path / "si", "head")
+    weights = load_file(str(checkpoint / "model.safetensors"))  # S^i starts from S's final weights
+    name = next(n for n in loo.trained_part(s_dir, checkpoint).shapes if n.startswith("heads."))
+    weights[name] = weights[name] + 0.5  # the run on S^i ended elsewhere on one trained tensor only
+    weights["encoder.embeddings.word_embeddings.weight"] += 1.0  # frozen under head tuning: does not count
+    save_file(weights, str(si_checkpoint / "model.safetensors"))
+    for run_dir in (s_dir, si_dir):
+        (run_dir / "COMPLETE").write_text("{}")
+        (run_dir / "metrics.json").write_text('{"step": 10}')
+    cell = Cell("c", {"variant": "c"}, {})
+    runs = [
+        PlannedRun(cell, 0, s_dir, tmp_path / "s.yaml", ""),
+        PlannedRun(cell, 0, si_dir, tmp_path / "si.yaml", "", draw=0),
+        PlannedRun(cell, 0, tmp_path / "not-run", tmp_path / "n.yaml", "", draw=1),
+    ]
+    (result,) = loo.measure(runs, ["c"])
+    (pair,) = result.pairs
+    assert (pair.seed, pair.draw) == (0, 0)
+    assert pair.distance == pytest.approx(0.5 * math.sqrt(math.prod(weights[name].shape)), rel=1e-6)
+    assert result.distance.n == 1 and result.distance.mean == pair.distance and result.distance.std is None
+    assert result.trained_part.startswith("task heads (")
+    assert len(result.missing) == 1 and result.missing[0].startswith("c/seed-0-loo-1: not finished")
+    table = "\n".join(loo.markdown([result]))
+    assert "| c | task heads (" in table and "c/seed-0-loo-1: not finished" in table
+
+
+def test_summaries_are_over_every_finite_pair():
+    summary = loo.summarize([1.0, 2.0, 3.0, math.nan])
+    assert (summary.n, summary.mean, summary.min, summary.max) == (3, 2.0, 1.0, 3.0)
+    assert summary.std == pytest.approx(1.0)
+    assert loo.summarize([]).mean is None
