@@ -89,7 +89,7 @@ def make_job(root: Path, run: PlannedRun, spec: StudySpec) -> RunJob:
 def report(spec: StudySpec, root: Path, runs: list[PlannedRun], study_file: Path) -> dict[str, Any]:
     records = collect(root, runs)
     cells = [cell.name for cell in expand_cells(spec)]
-    results = aggregate(records, spec.axes, spec.metrics, spec.baseline, cells)
+    results = aggregate(records, spec.axes, spec.metrics, spec.baseline, cells, spec.failure)
     write_results(root, results, name=spec.name, command=f"python run.py study --config {study_file}")
     counts = {status: sum(r["status"] == status for r in records) for status in ("complete", "failed", "pending")}
     print(
