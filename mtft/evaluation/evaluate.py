@@ -64,11 +64,16 @@ def evaluate(
             for name, value in score(td.task, by_id, references, td.label_names, where).items():
                 metrics[f"{objective.key}/{name}"] = value
         predictions[objective.task, objective.language] = [{"id": i, "prediction": by_id[i]} for i in references]
+    add_macro_averages(metrics, data, dev)
+    model.train(was_training)
+    return Evaluation(metrics, predictions)
+
+
+def add_macro_averages(metrics: dict[str, float], data: PreparedData, dev: bool, prefix: str = "") -> None:
+    """``<task>/<prefix><metric>``: the mean of ``<task>/<language>/<prefix><metric>`` over the languages scored."""
     for name, td in data.tasks.items():
         for metric in td.task.metrics:
             languages = list(td.dev) if dev else td.languages  # cross-lingual: the dev set is the training language's
-            scored = [metrics[k] for lang in languages if (k := f"{name}/{lang}/{metric}") in metrics]
+            scored = [metrics[k] for lang in languages if (k := f"{name}/{lang}/{prefix}{metric}") in metrics]
             if scored:
-                metrics[f"{name}/{metric}"] = mean(scored)
-    model.train(was_training)
-    return Evaluation(metrics, predictions)
+                metrics[f"{name}/{prefix}{metric}"] = mean(scored)

@@ -45,6 +45,9 @@ def write_report(
         lines.append(
             "| **macro average** | " + " | ".join(f"**{_fmt(final.get(f'{task}/{m}'))}**" for m in metrics) + " |"
         )
+        baseline = [final.get(f"{task}/majority_{m}") for m in metrics]  # mtft.evaluation.majority's names
+        if any(v is not None for v in baseline):
+            lines.append("| majority-class baseline (macro) | " + " | ".join(map(_fmt, baseline)) + " |")
         lines.append("")
     if best:
         lines += [

@@ -12,10 +12,12 @@ import math
 import warnings
 from dataclasses import asdict, dataclass, field
 from fnmatch import fnmatchcase
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 from scipy import stats
+
+from mtft.study.failure import FailureRate, expand_failure_metrics, failure_rate
 
 STATUSES = ("complete", "failed", "pending")
 CONFIDENCE = 0.95
@@ -77,6 +79,7 @@ class CellResult:
     failed: list[FailedRun]
     pending: list[str]  # run directories of the runs not (yet) finished
     metrics: dict[str, MetricStats]
+    failures: dict[str, FailureRate] = field(default_factory=dict)  # the study's `failure` metrics
 
 
 @dataclass
@@ -107,6 +110,11 @@ class StudyResults:
     no_partner: list[str] = field(default_factory=list)  # cells whose baseline partner is not in the study
     # source fingerprint -> complete runs that ran (in part) under it; "unrecorded" for runs from before it was kept
     code_versions: dict[str, int] = field(default_factory=dict)
+    # the `failure` patterns expanded (metrics with a majority-class baseline), those matching nothing, and the
+    # metrics matched that no run has a baseline of (regression, NER, QA)
+    failure: list[str] = field(default_factory=list)
+    failure_unmatched: list[str] = field(default_factory=list)
+    failure_without_baseline: list[str] = field(default_factory=list)
     test: str = TEST
     confidence: float = CONFIDENCE
 
@@ -127,8 +135,10 @@ def aggregate(
     metrics: list[str],
     baseline: Optional[dict[str, Any]],
     cells: list[str],
+    failure: Sequence[str] = (),
 ) -> StudyResults:
-    """The study's :class:`StudyResults`; ``cells`` in display order, ``metrics`` names or fnmatch patterns."""
+    """The study's :class:`StudyResults`; ``cells`` in display order, ``metrics`` and ``failure`` (the metrics whose
+    failed-run rate is counted, :mod:`mtft.study.failure`) names or fnmatch patterns."""
     by_cell: dict[str, list[dict[str, Any]]] = {name: [] for name in cells}
     for record in records:
         if record["cell"] not in by_cell:
@@ -142,14 +152,31 @@ def aggregate(
             raise ValueError(f"cell {name!r} has two run records of one seed: {sorted(seeds)}")
         mine.sort(key=lambda r: r["seed"])
     complete = [r for r in records if r["status"] == "complete"]
-    names, unmatched = expand_metrics(metrics, {key for r in complete for key in r["metrics"]})
+    available = {key for r in complete for key in r["metrics"]}
+    names, unmatched = expand_metrics(metrics, available)
+    counted, failure_unmatched, without = expand_failure_metrics(failure, available)
+    names += [metric for metric in counted if metric not in names]  # a metric counted is aggregated too
     results = [_cell_result(name, by_cell[name], names) for name in cells]
     differences, no_partner = _differences(results, by_cell, names, baseline)
     versions: dict[str, int] = {}
     for record in complete:
         for source in record.get("code") or ["unrecorded"]:
             versions[source] = versions.get(source, 0) + 1
-    return StudyResults(list(axes), names, baseline, results, differences, unmatched, no_partner, versions)
+    for cell in results:
+        cell.failures = {metric: failure_rate(by_cell[cell.name], metric) for metric in counted}
+    return StudyResults(
+        list(axes),
+        names,
+        baseline,
+        results,
+        differences,
+        unmatched,
+        no_partner,
+        versions,
+        failure=counted,
+        failure_unmatched=failure_unmatched,
+        failure_without_baseline=without,
+    )
 
 
 def expand_metrics(patterns: list[str], available: set[str]) -> tuple[list[str], list[str]]:

@@ -17,6 +17,8 @@ from mtft.study.plots import Figure
 
 STATS = ("n", "nan", "missing", "mean", "std", "min", "max")
 DIFFERENCE = ("baseline_cell", "n_pairs", "diff_mean", "diff_std", "ci_low", "ci_high", "p_value")
+#: with a ``failure`` list: the runs at or below the majority-class baseline, of those scored against it
+FAILURE = ("at_or_below_majority", "scored_against_majority", "majority_baseline")
 
 
 def write_results(
@@ -41,7 +43,9 @@ def results_csv(results: StudyResults) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     header = ["cell", *results.axes, "metric", *STATS, "complete", "failed", "pending"]
-    writer.writerow(header + (list(DIFFERENCE) if results.baseline else []))
+    writer.writerow(
+        header + (list(DIFFERENCE) if results.baseline else []) + (list(FAILURE) if results.failure else [])
+    )
     for cell in results.cells:
         for metric in results.metrics:
             stats = cell.metrics[metric]
@@ -52,6 +56,9 @@ def results_csv(results: StudyResults) -> str:
                 d = results.difference(cell.name, metric)
                 values = (d.baseline_cell, d.n_pairs, d.mean, d.std, d.ci_low, d.ci_high, d.p_value) if d else ()
                 row += [_csv(v) for v in values] or [""] * len(DIFFERENCE)
+            if results.failure:
+                rate = cell.failures.get(metric)
+                row += [rate.failed, rate.scored, _csv(rate.baseline_mean)] if rate else [""] * len(FAILURE)
             writer.writerow(row)
     return out.getvalue()
 
@@ -75,7 +82,8 @@ def study_markdown(
     for c in cells:
         axes = "".join(f"{_md(c.axes.get(a, '–'))} | " for a in results.axes)
         lines.append(f"| {_md(c.name)} | {axes}{c.complete} | {len(c.failed)} | {len(c.pending)} |")
-    lines += ["", *_code_section(results), *_results_section(results), *_differences_section(results)]
+    lines += ["", *_code_section(results), *_results_section(results), *_failure_section(results)]
+    lines += _differences_section(results)
     if failed:
         lines += ["## Failed runs", ""]
         lines += [f"- `{f.run_dir}`: {shorten(f.error)}" for c in cells for f in c.failed] + [""]
@@ -123,6 +131,53 @@ def _results_section(results: StudyResults) -> list[str]:
         for c in results.cells:
             lines.append(f"| {_md(c.name)} | " + " | ".join(_entry(c.metrics[m]) for m in metrics) + " |")
         lines.append("")
+    return lines
+
+
+def _failure_section(results: StudyResults) -> list[str]:
+    """Per cell and ``failure`` metric: mean ± std, range and the failed-run rate (runs at or below the
+    majority-class baseline; Mosbach et al., 2021) -- the stability numbers of Fu, So & Collier (2023) side by side."""
+    if not (results.failure or results.failure_unmatched or results.failure_without_baseline):
+        return []
+    lines = [
+        "## Stability over seeds: failed fine-tuning runs",
+        "",
+        "A run *fails* when its metric ends at or below the majority-class baseline it reports (`<task>/majority_"
+        "<metric>`: the constant prediction of the majority class of its training labels, scored the same way; "
+        "Mosbach et al., 2021). Failed runs: at or below / complete runs with both values (their seeds). Mean ± "
+        "sample standard deviation and range (min–max) over the same cell's complete runs.",
+        "",
+    ]
+    if results.failure:
+        lines += [
+            "| cell | metric | mean ± std | range | majority baseline | failed runs | seeds |",
+            "|---|---|---:|---:|---:|---:|---|",
+        ]
+        for c in results.cells:
+            for metric in results.failure:
+                stats, rate = c.metrics[metric], c.failures[metric]
+                value = (
+                    "–"
+                    if stats.mean is None
+                    else _num(stats.mean) + ("" if stats.std is None else f" ± {_num(stats.std)}")
+                )
+                span = "–" if stats.min is None else f"{_num(stats.min)}–{_num(stats.max)}"
+                share = f"{rate.failed}/{rate.scored}" + ("" if rate.rate is None else f" ({rate.rate:.0%})")
+                seeds = ", ".join(map(str, rate.failed_seeds)) or "–"
+                lines.append(
+                    f"| {_md(c.name)} | {_md(metric)} | {value} | {span} | {_num(rate.baseline_mean)} | {share} | "
+                    f"{seeds} |"
+                )
+        lines.append("")
+    if results.failure_unmatched:
+        lines += ["No run has a metric matching: " + ", ".join(f"`{p}`" for p in results.failure_unmatched) + ".", ""]
+    if results.failure_without_baseline:
+        lines += [
+            "No majority-class baseline (no class predicted for every example: regression, NER, QA) for: "
+            + ", ".join(f"`{m}`" for m in results.failure_without_baseline)
+            + ".",
+            "",
+        ]
     return lines
 
 

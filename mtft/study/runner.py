@@ -91,7 +91,7 @@ def make_job(root: Path, run: PlannedRun, spec: StudySpec) -> RunJob:
 def report(spec: StudySpec, root: Path, runs: list[PlannedRun], study_file: Path) -> dict[str, Any]:
     records = collect(root, [run for run in runs if run.draw is None])  # the runs on S; S^i's enter only loo
     cells = [cell.name for cell in expand_cells(spec)]
-    results = aggregate(records, spec.axes, spec.metrics, spec.baseline, cells)
+    results = aggregate(records, spec.axes, spec.metrics, spec.baseline, cells, spec.failure)
     write_results(root, results, name=spec.name, command=f"python run.py study --config {study_file}")
     if spec.leave_one_out:
         stability = loo.measure(runs, cells)

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from mtft.config.load import parse_override, read_yaml_mapping, set_dotted
 from mtft.core.errors import ConfigError, echo, shorten
 from mtft.core.paths import name_problem, name_value
+from mtft.study.failure import pattern_problem
 
 
 class _Section(BaseModel):
@@ -124,6 +125,12 @@ class StudySpec(_Section):
         description="Metrics to aggregate: keys of a run's metrics.json (fnmatch patterns allowed, e.g. "
         "xnli/*/accuracy) and the run summaries F_p_final, F_p_max, distance, bound_path, wall_s.",
     )
+    failure: list[str] = Field(
+        default_factory=list,
+        description="Metrics whose failed-run rate is counted per cell (names or fnmatch patterns, e.g. "
+        "superglue_rte/accuracy, 'glue_*/mcc'): a run fails when its value is at or below the majority-class baseline "
+        "it reports beside (<task>/majority_<metric>; classification tasks only) (Mosbach et al., 2021).",
+    )
     baseline: Optional[dict[str, Any]] = Field(
         None,
         description="The cell every other is compared with, seed by seed: axis -> value, e.g. {variant: mean} or "
@@ -154,6 +161,17 @@ class StudySpec(_Section):
                 raise ValueError(f"axis '{key}' lists no values")
             if len({repr(v) for v in values}) != len(values):
                 raise ValueError(f"axis '{key}' lists a value twice: {echo(values)}")
+        return value
+
+    @field_validator("failure")
+    @classmethod
+    def _task_metrics(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            problem = pattern_problem(pattern)
+            if problem:
+                raise ValueError(problem)
+        if len(set(value)) != len(value):
+            raise ValueError(f"a metric is listed twice: {echo(value)}")
         return value
 
     @field_validator("factors")

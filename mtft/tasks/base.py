@@ -280,6 +280,24 @@ class Task:
         """The metric variant, in words, for the report."""
         return ", ".join(self.metrics)
 
+    # ----- the majority-class baseline -------------------------------------------------------------
+    def majority_prediction(
+        self, train: Sequence[datasets.Dataset], label_names: Sequence[str], where: str
+    ) -> Optional[Any]:
+        """The majority-class baseline's prediction, the same for every example: the most frequent label of the
+        training splits ``train`` (all languages pooled: one head predicts every language; a tie goes to the label
+        listed first), in the form :meth:`postprocess` gives (here a label name). None where the task kind has
+        no class to predict for every example (spans, per-token tags, numbers, candidates): those kinds override
+        this to return None. Withheld labels are not counted."""
+        counts = [0] * len(label_names)
+        for dataset in train:
+            for label in self.label_ids(dataset[self.label_column], label_names, where, range(len(dataset))):
+                if label != HIDDEN_ENCODED:
+                    counts[label] += 1
+        if not any(counts):
+            return None
+        return label_names[counts.index(max(counts))]
+
 
 def unique_by_id(ids: Sequence[str], values: Sequence[Any], where: str) -> dict[str, Any]:
     """``dict(zip(ids, values))``, refusing a duplicate id (naming its row)."""

@@ -59,6 +59,11 @@ class ExtractiveQATask(Task):
     def available_metrics(self) -> tuple[str, ...]:
         return ("exact_match", "f1")
 
+    def majority_prediction(
+        self, train: Sequence[datasets.Dataset], label_names: Sequence[str], where: str
+    ) -> Optional[Any]:
+        return None  # a span of each context: no majority class
+
     def resolve_label_names(self, dataset: datasets.Dataset) -> list[str]:
         return []  # spans, not classes
 

@@ -27,6 +27,11 @@ class RegressionTask(Task):
     def available_metrics(self) -> tuple[str, ...]:
         return ("pearson", "spearman")
 
+    def majority_prediction(
+        self, train: Sequence[datasets.Dataset], label_names: Sequence[str], where: str
+    ) -> Optional[Any]:
+        return None  # a number per example: no majority class
+
     def resolve_label_names(self, dataset: datasets.Dataset) -> list[str]:
         feature = dataset.features.get(self.label_column)
         if not (isinstance(feature, datasets.Value) and feature.dtype in _NUMERIC):

@@ -78,6 +78,11 @@ class RecordTask(Task):
     def available_metrics(self) -> tuple[str, ...]:
         return ("exact_match", "f1")
 
+    def majority_prediction(
+        self, train: Sequence[datasets.Dataset], label_names: Sequence[str], where: str
+    ) -> Optional[Any]:
+        return None  # an entity among each query's candidates: no majority class
+
     def required_columns(self) -> list[str]:
         return ["passage", "query", "entities", self.label_column, self.id_column]
 

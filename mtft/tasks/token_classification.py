@@ -39,6 +39,11 @@ class TokenClassificationTask(Task):
     def available_metrics(self) -> tuple[str, ...]:
         return ("f1", "precision", "recall")
 
+    def majority_prediction(
+        self, train: Sequence[datasets.Dataset], label_names: Sequence[str], where: str
+    ) -> Optional[Any]:
+        return None  # a tag per word: no majority class
+
     def encode_rows(self, batch, rows, tokenizer, max_length, label_names, where) -> dict[str, list]:
         words = batch[self.text_columns[0]]
         encoded = tokenizer(words, is_split_into_words=True, truncation=True, max_length=max_length)

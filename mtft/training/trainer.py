@@ -29,6 +29,7 @@ from mtft.data.batching import BatchBuilder
 from mtft.data.pipeline import PreparedData, prepare_data
 from mtft.data.sampler import MultiObjectiveSampler, mixing_probabilities
 from mtft.evaluation.evaluate import Evaluation, evaluate
+from mtft.evaluation.majority import MAJORITY, majority_baselines
 from mtft.forgetting import build_monitor
 from mtft.forgetting.monitor import prepare_forgetting
 from mtft.forgetting.report import monitor_sections
@@ -123,6 +124,7 @@ class Run:
         self.step_fn = self._build_step()
         self.sampler = self._sampler()
         self.step, self.best, self.stationary_run, self.dev_scored_step = 0, None, 0, None
+        self.baselines: dict[bool, dict[str, float]] = {}  # dev? -> the majority-class baseline's metrics
         self.early_stopping = EarlyStopping(
             config.evaluation.early_stopping_patience, config.evaluation.greater_is_better
         )
@@ -387,10 +389,23 @@ class Run:
     def _score(self, dev: bool) -> Evaluation:
         cfg = self.config.evaluation
         result = evaluate(self.engine.module, self.data, self.builder, cfg.batch_size, self.engine.device, dev=dev)
+        result.metrics.update(self._baselines(dev))
         self.log.log(self.step, "dev" if dev else "eval", result.metrics)
-        summary = ", ".join(f"{k}={v:.4f}" for k, v in result.metrics.items() if k.count("/") == 1)
+        summary = ", ".join(
+            f"{k}={v:.4f}" for k, v in result.metrics.items() if k.count("/") == 1 and f"/{MAJORITY}" not in k
+        )
         logger.info(f"step {self.step}: {'dev ' if dev else ''}{summary}")
         return result
+
+    def _baselines(self, dev: bool) -> dict[str, float]:
+        """The majority-class baseline of the split scored (labels only: computed once per run and split), written
+        beside the model's metrics in every evaluation row, ``best/metrics.json`` and ``metrics.json``."""
+        if dev not in self.baselines:
+            self.baselines[dev] = majority_baselines(self.data, dev)
+            macro = ", ".join(f"{k}={v:.4f}" for k, v in self.baselines[dev].items() if k.count("/") == 1)
+            if macro:
+                logger.info(f"majority-class baseline{' (dev)' if dev else ''}: {macro}")
+        return self.baselines[dev]
 
     def _select_best(self, result: Evaluation) -> Evaluation:
         cfg = self.config.evaluation

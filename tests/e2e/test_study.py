@@ -66,6 +66,11 @@ def test_aggregates_equal_values_recomputed_from_the_runs(finished):
         got = cell["metrics"]["xnli/accuracy"]
         assert got["mean"] == pytest.approx(values.mean()) and got["std"] == pytest.approx(values.std(ddof=1))
         assert got["min"] == values.min() and got["max"] == values.max()
+        # failed runs: at or below the majority-class baseline each run reports beside its accuracy
+        runs = [metrics[(cell["name"], seed)] for seed in (0, 1)]
+        failed = [seed for seed, m in enumerate(runs) if m["xnli/accuracy"] <= m["xnli/majority_accuracy"]]
+        rate = cell["failures"]["xnli/accuracy"]
+        assert (rate["scored"], rate["failed"], rate["failed_seeds"]) == (2, len(failed), failed)
     # paired differences against the baseline (weighting mean at the same learning rate), paired t-test
     for diff in results["differences"]:
         if diff["metric"] != "xnli/accuracy":
@@ -81,6 +86,7 @@ def test_aggregates_equal_values_recomputed_from_the_runs(finished):
     assert {row["cell"] for row in rows} == set(CELLS)
     text = (finished / "study.md").read_text()
     assert "paired t" in text and all(cell in text for cell in CELLS)
+    assert "## Stability over seeds: failed fine-tuning runs" in text and rows[0]["at_or_below_majority"] != ""
     assert list((finished / "plots").glob("*.png"))
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mtft.reporting.report import _weighting_section
+from mtft.reporting.report import _weighting_section, write_report
 
 
 def weighting_events(weights: list[tuple[float, float]], **logged: float) -> list[dict]:
@@ -79,3 +79,11 @@ def test_descent_check_and_metric_are_reported():
     assert "formed in the optimizer's metric" in text and "(at 3 of 4 steps;" in text
     plain = "\n".join(_weighting_section(weighting_events([(0.5, 0.5)] * 4)))
     assert "First-order check" not in plain and "optimizer's metric" not in plain
+
+
+def test_evaluation_table_shows_the_majority_class_baseline_only_where_the_run_scored_one(tmp_path):
+    final = {"rte/en/accuracy": 0.6, "rte/accuracy": 0.6, "rte/majority_accuracy": 0.527, "stsb/pearson": 0.8}
+    metrics, languages = {"rte": ["accuracy"], "stsb": ["pearson"]}, {"rte": ["en"], "stsb": ["en"]}
+    text = write_report(tmp_path, "t", [], [], final, None, metrics, languages).read_text()
+    rte, stsb = text.split("### stsb")
+    assert "| majority-class baseline (macro) | 0.5270 |" in rte and "majority" not in stsb
