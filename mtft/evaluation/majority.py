@@ -30,7 +30,9 @@ def majority_baselines(data: PreparedData, dev: bool = False) -> dict[str, float
         td = data.tasks[objective.task]
         owner = data.tasks[data.head_of(objective.task)]
         where_train = ", ".join(owner.origin["train", lang] for lang in owner.raw_train) or objective.task
-        prediction = owner.task.majority_prediction(list(owner.raw_train.values()), owner.label_names, where_train)
+        prediction = owner.task.majority_prediction(
+            [owner.trained_raw(lang) for lang in owner.raw_train], owner.label_names, where_train
+        )
         if prediction is None:
             continue
         raw = td.raw_dev[objective.language] if dev else td.raw_eval[objective.language]

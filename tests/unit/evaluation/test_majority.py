@@ -85,6 +85,14 @@ def test_the_dev_set_is_scored_against_the_training_labels_left_after_the_hold_o
     assert majority_baselines(data) == {"t/en/majority_accuracy": 0.0, "t/majority_accuracy": 0.0}
 
 
+def test_the_examples_data_leave_out_removed_take_no_part_in_the_majority():
+    # train [b, b, a, a, a]: a is the majority; removing two of the a's (rows 2 and 3) leaves b
+    td = task_data(classification(("accuracy",)), {"en": [1, 1, 0, 0, 0]}, {"en": [1, 1, 0]})
+    assert majority_baselines(prepared(t=td))["t/en/majority_accuracy"] == pytest.approx(1 / 3)
+    td.left_out = {"en": [2, 3]}
+    assert majority_baselines(prepared(t=td))["t/en/majority_accuracy"] == pytest.approx(2 / 3)
+
+
 def test_kinds_without_a_majority_class_get_no_baseline():
     tasks = discover_tasks()
     for name in ("glue_stsb", "wikiann", "tydiqa", "superglue_record"):  # regression, tags, spans, candidates
