@@ -13,20 +13,27 @@ import textwrap
 from mtft.commands import COMMANDS, run_command
 from mtft.config import config_to_yaml, load_config
 from mtft.config.load import iter_options
+from mtft.core.distributed import speaks_for_node
 from mtft.core.errors import ConfigError, Interrupted, UserError, shorten
 
 
 def entry_point(argv: list[str], prog: str = "python run.py") -> None:
     """Run ``argv`` and exit: 0, 2 with one ``error:`` line for a user error, 143 / 130 after SIGTERM / Ctrl-C
-    (like a process the signal ended) with the command that resumes."""
+    (like a process the signal ended) with the command that resumes. Under a launcher the line is printed once
+    per node, by its first process (every process exits with the same status)."""
     try:
         sys.exit(main(argv))
     except Interrupted as stop:  # a checkpoint was saved
-        print(f"error: {stop}; continue with: {_resume_command(prog, argv, stop.resume_flag)}", file=sys.stderr)
+        _error(f"error: {stop}; continue with: {_resume_command(prog, argv, stop.resume_flag)}")
         sys.exit(stop.exit_code)
     except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
+        _error(f"error: {error}")
         sys.exit(2)
+
+
+def _error(line: str) -> None:
+    if speaks_for_node():
+        print(line, file=sys.stderr)
 
 
 def main(argv: list[str]) -> int:

@@ -1,0 +1,48 @@
+"""One copy of what a multi-process run says (mtft.core.distributed): the first process of a node prints a user
+error, the libraries' known per-rank noise is dropped, and real warnings still come through."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import pytest
+import transformers
+
+from mtft.core.distributed import quiet_library_noise, speaks_for_node
+
+
+@pytest.mark.parametrize("local_rank, speaks", [(None, True), ("0", True), ("1", False), ("3", False)])
+def test_the_first_process_of_a_node_speaks(monkeypatch, local_rank, speaks):
+    if local_rank is None:
+        monkeypatch.delenv("LOCAL_RANK", raising=False)
+    else:
+        monkeypatch.setenv("LOCAL_RANK", local_rank)
+    assert speaks_for_node() is speaks
+
+
+@pytest.fixture
+def restored_transformers_verbosity():
+    level = transformers.utils.logging.get_verbosity()
+    yield
+    transformers.utils.logging.set_verbosity(level)
+
+
+@pytest.mark.parametrize("is_main", [True, False])
+def test_known_noise_is_dropped_and_the_rest_kept(restored_transformers_verbosity, is_main):
+    transformers.utils.logging.set_verbosity_warning()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quiet_library_noise(is_main)
+        for name in ("all_gather_into_tensor", "reduce_scatter_tensor"):
+            message = f"`torch.distributed.{name}` is deprecated. Please use `torch.distributed.x` instead."
+            warnings.warn(message, FutureWarning, stacklevel=1)
+        warnings.warn("`torch.distributed.broadcast` is deprecated.", FutureWarning, stacklevel=1)
+        warnings.warn("`torch.distributed.all_gather_into_tensor` is deprecated.", UserWarning, stacklevel=1)
+    assert [str(w.message) for w in caught] == [
+        "`torch.distributed.broadcast` is deprecated.",
+        "`torch.distributed.all_gather_into_tensor` is deprecated.",
+    ]
+    loader = logging.getLogger("transformers.modeling_utils")  # its weight-loading report is a warning
+    assert loader.isEnabledFor(logging.WARNING) is is_main
+    assert loader.isEnabledFor(logging.ERROR)
