@@ -101,8 +101,10 @@ def quiet_library_noise(is_main: bool) -> None:
 
 
 def speaks_for_node() -> bool:
-    """Whether this process prints a user error: the first process of each node (``LOCAL_RANK`` 0, or a process
-    that no launcher started). mtft's processes run the same program on the same config and files, so a user error
-    is raised alike by every process of a node -- printed once, not once per rank; a node whose files differ still
-    speaks through its own first process."""
-    return os.environ.get("LOCAL_RANK", "0") == "0"
+    """Whether this process prints a user error: the first process of each node (``LOCAL_RANK`` 0), or any process
+    not one of several (``WORLD_SIZE`` unset or 1: a ``LOCAL_RANK`` left in the environment silences nothing).
+    mtft's processes run the same program on the same config and files, so a user error is raised alike by every
+    process of a node -- printed once, not once per rank; a node whose files differ still speaks through its own
+    first process."""
+    several = os.environ.get("WORLD_SIZE", "1") not in ("", "1")
+    return not several or os.environ.get("LOCAL_RANK", "0") == "0"

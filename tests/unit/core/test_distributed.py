@@ -12,12 +12,23 @@ import transformers
 from mtft.core.distributed import quiet_library_noise, speaks_for_node
 
 
-@pytest.mark.parametrize("local_rank, speaks", [(None, True), ("0", True), ("1", False), ("3", False)])
-def test_the_first_process_of_a_node_speaks(monkeypatch, local_rank, speaks):
-    if local_rank is None:
-        monkeypatch.delenv("LOCAL_RANK", raising=False)
-    else:
-        monkeypatch.setenv("LOCAL_RANK", local_rank)
+@pytest.mark.parametrize(
+    "world_size, local_rank, speaks",
+    [
+        (None, None, True),  # no launcher
+        ("4", "0", True),
+        ("4", "1", False),
+        ("4", "3", False),
+        ("1", "1", True),  # a stray LOCAL_RANK in a one-process run's environment
+        (None, "1", True),
+    ],
+)
+def test_the_first_process_of_a_node_speaks(monkeypatch, world_size, local_rank, speaks):
+    for name, value in (("WORLD_SIZE", world_size), ("LOCAL_RANK", local_rank)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
     assert speaks_for_node() is speaks
 
 
