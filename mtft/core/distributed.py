@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import socket
+import time
 import warnings
 from dataclasses import dataclass
 
@@ -108,3 +110,19 @@ def speaks_for_node() -> bool:
     first process."""
     several = os.environ.get("WORLD_SIZE", "1") not in ("", "1")
     return not several or os.environ.get("LOCAL_RANK", "0") == "0"
+
+
+def report_to_launcher(message: str) -> None:
+    """Hand ``message`` to torchrun's report of the failed processes (its ChildFailedError), which shows for each
+    process what the file named by ``TORCHELASTIC_ERROR_FILE`` holds: a process that keeps its error line off the
+    console (:func:`speaks_for_node`) still names its error there -- should it be the only one to fail, it is not
+    lost. Outside torchrun (no such variable), nothing."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    # torchrun's own format (torch.distributed.elastic.multiprocessing.errors.ErrorHandler.record_exception); its
+    # report prints "py_callstack", here the one line instead of a traceback
+    info = {"py_callstack": message, "timestamp": str(int(time.time()))}
+    with contextlib.suppress(OSError):
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump({"message": {"message": message, "extraInfo": info}}, handle)

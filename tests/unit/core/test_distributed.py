@@ -3,13 +3,14 @@ error, the libraries' known per-rank noise is dropped, and real warnings still c
 
 from __future__ import annotations
 
+import json
 import logging
 import warnings
 
 import pytest
 import transformers
 
-from mtft.core.distributed import quiet_library_noise, speaks_for_node
+from mtft.core.distributed import quiet_library_noise, report_to_launcher, speaks_for_node
 
 
 @pytest.mark.parametrize(
@@ -57,3 +58,17 @@ def test_known_noise_is_dropped_and_the_rest_kept(restored_transformers_verbosit
     loader = logging.getLogger("transformers.modeling_utils")  # its weight-loading report is a warning
     assert loader.isEnabledFor(logging.WARNING) is is_main
     assert loader.isEnabledFor(logging.ERROR)
+
+
+def test_a_silent_process_names_its_error_in_torchruns_report(tmp_path, monkeypatch):
+    """The file torchrun reads into its ChildFailedError report, in torchrun's format; no file outside torchrun."""
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+
+    monkeypatch.delenv("TORCHELASTIC_ERROR_FILE", raising=False)
+    report_to_launcher("ConfigError: nothing")  # no launcher: nothing written, nothing raised
+    path = tmp_path / "error.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(path))
+    report_to_launcher("ConfigError: the line")
+    assert json.loads(path.read_text())["message"]["message"] == "ConfigError: the line"
+    failure = ProcessFailure(local_rank=1, pid=1, exitcode=2, error_file=str(path))  # how torchrun reads it
+    assert failure.message["extraInfo"]["py_callstack"] == "ConfigError: the line"
