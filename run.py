@@ -14,8 +14,9 @@ Launch recipes (one thread per process when several share a host):
     OMP_NUM_THREADS=1 torchrun --nproc_per_node 2 run.py --config configs/demo.yaml \
         training.deepspeed_config=configs/deepspeed/zero2.json
 
-    # several machines with the DeepSpeed launcher; hostfile lines read "node1 slots=8"
-    deepspeed --hostfile hostfile --num_nodes 2 --num_gpus 8 run.py --config configs/xnli.yaml \
+    # several machines with the DeepSpeed launcher (passwordless ssh, pdsh); hostfile lines read "node1 slots=8",
+    # and the slots set the processes per host; on one CPU machine see README.md "Launchers"
+    deepspeed --hostfile hostfile run.py --config configs/demo.yaml \
         training.deepspeed_config=configs/deepspeed/zero2.json
 
     # continue an interrupted run from its latest complete checkpoint

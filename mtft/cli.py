@@ -9,24 +9,42 @@ import os
 import shlex
 import sys
 import textwrap
+import time
 
 from mtft.commands import COMMANDS, run_command
 from mtft.config import config_to_yaml, load_config
 from mtft.config.load import iter_options
+from mtft.core.distributed import report_to_launcher, speaks_for_node
 from mtft.core.errors import ConfigError, Interrupted, UserError, shorten
 
 
 def entry_point(argv: list[str], prog: str = "python run.py") -> None:
     """Run ``argv`` and exit: 0, 2 with one ``error:`` line for a user error, 143 / 130 after SIGTERM / Ctrl-C
-    (like a process the signal ended) with the command that resumes."""
+    (like a process the signal ended) with the command that resumes. Under a launcher the line is printed once
+    per node, by its first process (every process exits with the same status)."""
     try:
         sys.exit(main(argv))
     except Interrupted as stop:  # a checkpoint was saved
-        print(f"error: {stop}; continue with: {_resume_command(prog, argv, stop.resume_flag)}", file=sys.stderr)
+        _error(stop, f"{stop}; continue with: {_resume_command(prog, argv, stop.resume_flag)}")
         sys.exit(stop.exit_code)
     except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
+        _error(error, str(error))
         sys.exit(2)
+
+
+#: how long a process that keeps a user error off the console waits before it exits: the launcher stops every
+#: process once the first has exited, so the first process of the node must have printed the line by then
+QUIET_EXIT_DELAY_S = 5.0
+
+
+def _error(error: UserError, text: str) -> None:
+    """``error: <text>`` on the console from the node's first process; the others hand it to torchrun's report and
+    exit a moment later (the launcher ends them sooner once the first process has printed and exited)."""
+    if speaks_for_node():
+        print(f"error: {text}", file=sys.stderr)
+    else:
+        report_to_launcher(f"{type(error).__name__}: {text}")
+        time.sleep(QUIET_EXIT_DELAY_S)
 
 
 def main(argv: list[str]) -> int:

@@ -146,9 +146,9 @@ def _corpus(args, defaults: dict, folder) -> dict:
 def _surt_backbone(folder: Path, config, run, backbone: str, revision) -> str:
     """The cache entry of the backbone SURT re-trained for the run (mtft.training.surt), which must exist."""
     from mtft.config.paths import cache_dir
+    from mtft.core.atomic import MARKER
     from mtft.data.pipeline import task_training_texts
     from mtft.training.checkpoint import latest_checkpoint, saved_world_size
-    from mtft.training.pretrain import MARKER
     from mtft.training.surt import surt_key
 
     model = config.model.model_copy(update={"backbone": backbone, "revision": revision})
@@ -167,10 +167,11 @@ def _finetune_checkpoint(folder: Path, args):
     """A fine-tuning checkpoint, rebuilt as every restore is (:func:`mtft.training.restore.load_run`), under the
     MLM head of the backbone it was fine-tuned from: one model per adapter the method routes to."""
     from mtft.config.paths import cache_dir
+    from mtft.core.atomic import MARKER
     from mtft.forgetting.head_fit import fitted_head
     from mtft.forgetting.mlm import attach_head, load_mlm_checkpoint
     from mtft.training.checkpoint import latest_checkpoint, saved_world_size
-    from mtft.training.pretrain import MARKER, prelude_key, task_languages, tiny_task_texts
+    from mtft.training.pretrain import prelude_key, task_languages, tiny_task_texts
     from mtft.training.restore import find_run_dir, load_run
 
     try:

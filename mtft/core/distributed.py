@@ -7,8 +7,13 @@ DeepSpeed then picks its accelerator (CPU here, with gloo) and backend by itself
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
 import socket
+import time
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -41,10 +46,14 @@ def init_distributed() -> ProcessInfo:
         # Several processes on one host each default to all cores; oversubscription makes steps ~90x slower.
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
     quiet_cpu_accelerator()
+    quiet_library_noise(info.is_main)
     import deepspeed
 
     if not torch.distributed.is_initialized():
-        deepspeed.init_distributed(verbose=False)
+        # DeepSpeed prints "DeepSpeed ...shm_comm_op built successfully" on stdout in every process (a build failure
+        # raises, and is not hidden); the first process's line is enough
+        with contextlib.nullcontext() if info.is_main else contextlib.redirect_stdout(io.StringIO()):
+            deepspeed.init_distributed(verbose=False)
     return info
 
 
@@ -72,3 +81,48 @@ def quiet_cpu_accelerator() -> None:
     without its "Setting accelerator to CPU ... unable to detect it" warning on every command."""
     if not torch.cuda.is_available():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+
+#: warnings that say nothing a user can act on, shown by every process and (ZeRO-3) hundreds of times a run:
+#: DeepSpeed 0.19 calls torch.distributed collectives that torch 2.x marks deprecated
+_LIBRARY_NOISE = (
+    (FutureWarning, r"`torch\.distributed\.(all_gather_into_tensor|reduce_scatter_tensor)` is deprecated"),
+)
+
+
+def quiet_library_noise(is_main: bool) -> None:
+    """Keep one copy of what the libraries say: the deprecation notices of :data:`_LIBRARY_NOISE` are dropped in
+    every process, and on every process but the first, transformers says only errors -- its warnings (the weight
+    loading report of a backbone, identical on each rank since every rank loads the same files) come from rank 0."""
+    for category, message in _LIBRARY_NOISE:
+        warnings.filterwarnings("ignore", message=message, category=category)
+    if not is_main:
+        import transformers
+
+        transformers.utils.logging.set_verbosity_error()
+
+
+def speaks_for_node() -> bool:
+    """Whether this process prints a user error: the first process of each node (``LOCAL_RANK`` 0), or any process
+    not one of several (``WORLD_SIZE`` unset or 1: a ``LOCAL_RANK`` left in the environment silences nothing).
+    mtft's processes run the same program on the same config and files, so a user error is raised alike by every
+    process of a node -- printed once, not once per rank; a node whose files differ still speaks through its own
+    first process."""
+    several = os.environ.get("WORLD_SIZE", "1") not in ("", "1")
+    return not several or os.environ.get("LOCAL_RANK", "0") == "0"
+
+
+def report_to_launcher(message: str) -> None:
+    """Hand ``message`` to torchrun's report of the failed processes (its ChildFailedError), which shows for each
+    process what the file named by ``TORCHELASTIC_ERROR_FILE`` holds: a process that keeps its error line off the
+    console (:func:`speaks_for_node`) still names its error there -- should it be the only one to fail, it is not
+    lost. Outside torchrun (no such variable), nothing."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    # torchrun's own format (torch.distributed.elastic.multiprocessing.errors.ErrorHandler.record_exception); its
+    # report prints "py_callstack", here the one line instead of a traceback
+    info = {"py_callstack": message, "timestamp": str(int(time.time()))}
+    with contextlib.suppress(OSError):
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump({"message": {"message": message, "extraInfo": info}}, handle)

@@ -18,9 +18,7 @@ must not be confounded by the learning-rate schedule).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import json
 import math
 import time
 from pathlib import Path
@@ -32,10 +30,9 @@ from transformers import AutoModelForMaskedLM
 from mtft.config.deepspeed import zero_stage
 from mtft.config.paths import cache_dir
 from mtft.config.schema import RunConfig, WeightingSection
-from mtft.core.atomic import MARKER, AtomicFolder, write_json
+from mtft.core.atomic import AtomicFolder, write_json
 from mtft.core.distributed import ProcessInfo, barrier, init_distributed
 from mtft.core.errors import ConfigError
-from mtft.core.runlock import waiting_lock
 from mtft.data.pipeline import task_texts
 from mtft.data.selection import select_tasks
 from mtft.data.sources import resolve_source
@@ -48,8 +45,22 @@ from mtft.tasks.base import DatasetRef
 from mtft.training import checkpoint as ckpt
 from mtft.training.engine import initialize
 from mtft.training.rundir import create_run_dir
+from mtft.training.stage_cache import from_cache_or_fill, stage_key
 
 PRETRAIN_VERSION = "3"  # bump when pre-training changes what it produces, to invalidate cached checkpoints
+
+
+def refuse_zero3(config: RunConfig, stage: str) -> None:
+    """The one rule for the masked-LM stages under ZeRO-3 (``run.stage: pretrain``, ``pretrain.before_finetune``,
+    ``stability.surt``), whether or not their cache entry is filled: refused. The stage evaluates L_p on, and
+    saves, the whole model on every rank (:meth:`Pretraining.evaluate`), which ZeRO-3 keeps partitioned between
+    forward passes; and a fine-tuning run that only read a cached backbone would depend on which run filled the
+    cache. Checked at preflight, before the process group starts."""
+    if zero_stage(config) == 3:
+        raise ConfigError(
+            f"{stage} trains a masked-LM with the run's DeepSpeed config and needs the full weights on every rank, "
+            f"which ZeRO-3 partitions: use ZeRO stage 0-2, not 3 (from {config.training.deepspeed_config})"
+        )
 
 
 class Pretraining:
@@ -69,11 +80,7 @@ class Pretraining:
         surt.py): no corpus is read, L_p is not evaluated, and the backbone must bring its own masked-LM head."""
         self.config, self.languages, self.proc = config, languages, proc
         self.retraining = training_texts is not None
-        if zero_stage(config) == 3:
-            raise ConfigError(
-                "pre-training evaluates L_p on full weights; use ZeRO stage 0-2, not 3 "
-                f"(from {config.training.deepspeed_config})"
-            )
+        refuse_zero3(config, "stability.surt" if self.retraining else "pre-training")  # preflight refused it first
         p = config.pretrain
         self.block_size = p.block_size or config.data.max_length
         if training_texts is not None:
@@ -230,10 +237,9 @@ def task_languages(config: RunConfig) -> list[str]:
 
 def prelude_key(config: RunConfig, languages: list[str], texts: Sequence[str] = (), world_size: int = 1) -> str:
     """A hash of everything that determines the pre-trained checkpoint of ``pretrain.before_finetune``
-    (``texts``: the task texts a tiny tokenizer is trained on besides the corpus). The process count is part of
-    it: ``pretrain.micro_batch_size`` is per process, so N processes take N times the batch and 1/N of the steps
-    over the same token budget -- another checkpoint (one process keys as before the count was part of the key);
-    so is the ZeRO stage, whose reduction order changes the weights at round-off."""
+    (``texts``: the task texts a tiny tokenizer is trained on besides the corpus), with the process count and ZeRO
+    stage of the launch (:func:`mtft.training.stage_cache.stage_key`); ``run.seed`` is not part of it, so the
+    seeds of a study share one pre-trained backbone (it follows ``pretrain.seed``)."""
     model = config.model.model_dump(mode="json", exclude={"adapter", "classifier_dropout"})
     parts = {
         "version": PRETRAIN_VERSION,
@@ -242,14 +248,10 @@ def prelude_key(config: RunConfig, languages: list[str], texts: Sequence[str] = 
         "pretrain": config.pretrain.model_dump(mode="json", exclude={"before_finetune"}),
         "corpus": config.corpus.model_dump(mode="json", exclude={"languages"}),
         "languages": languages,
-        "precision": config.training.precision,
-        "clipping": config.training.gradient_clipping,
         "corpus_files": _corpus_digest(config, languages),
         "task_texts": hashlib.sha256("\0".join(texts).encode()).hexdigest() if texts else None,
     }
-    if world_size > 1 or zero_stage(config) > 0:
-        parts.update(processes=world_size, zero_stage=zero_stage(config))
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
+    return stage_key(config, world_size, parts)
 
 
 def _corpus_digest(config: RunConfig, languages: list[str]) -> str:
@@ -273,10 +275,9 @@ def pretrained_backbone(config: RunConfig, proc: ProcessInfo) -> RunConfig:
     languages = config.corpus.languages or task_languages(config)
     texts = tiny_task_texts(config)
     folder = cache_dir(config) / "pretrained" / prelude_key(config, languages, texts, proc.world_size)
-    if (folder / MARKER).is_file():
-        logger.info(f"pre-trained backbone from the cache: {folder}")
-    else:
-        _fill_cache(config, languages, folder, proc, texts)
+    from_cache_or_fill(
+        folder, proc, "pre-trained backbone", lambda: _pretrain_into(config, languages, folder, proc, texts)
+    )
     model = config.model.model_copy(update={"backbone": str(folder), "revision": None})
     return config.model_copy(update={"model": model})
 
@@ -288,33 +289,25 @@ def tiny_task_texts(config: RunConfig) -> list[str]:
     )
 
 
-def _fill_cache(config: RunConfig, languages: list[str], folder: Path, proc: ProcessInfo, texts: list[str]) -> None:
-    """Pre-train into the cache entry ``folder``. Runs started together (the seeds of a study) share the entry:
-    the first pre-trains under a lock, the others wait for it and then read its checkpoint."""
-    lock = folder.parent / f".{folder.name}.lock"
-    holding = waiting_lock(lock, lambda: logger.info(f"waiting for another run pre-training {folder}"))
-    with holding if proc.is_main else contextlib.nullcontext():
-        barrier()
-        if (folder / MARKER).is_file():
-            logger.info(f"pre-trained backbone from the cache (written meanwhile): {folder}")
-            return
-        pre = Pretraining(config, languages, proc, texts)
-        tokens = config.pretrain.tokens
+def _pretrain_into(config: RunConfig, languages: list[str], folder: Path, proc: ProcessInfo, texts: list[str]) -> None:
+    """Pre-train the backbone of ``pretrain.before_finetune`` into the cache entry ``folder``."""
+    pre = Pretraining(config, languages, proc, texts)
+    tokens = config.pretrain.tokens
+    logger.info(
+        f"pre-training the backbone ({config.model.backbone}) with masked-LM on "
+        f"{', '.join(languages)}: {tokens:,} tokens, {pre.steps_for(tokens)} steps -> {folder}"
+    )
+    start = time.perf_counter()
+
+    def save(budget, seen, step, lp, engine):
+        meta = {**_meta(config, languages, budget, seen, step, lp), "seconds": time.perf_counter() - start}
+        pre.write_checkpoint(folder, engine, meta)
         logger.info(
-            f"pre-training the backbone ({config.model.backbone}) with masked-LM on "
-            f"{', '.join(languages)}: {tokens:,} tokens, {pre.steps_for(tokens)} steps -> {folder}"
+            f"pre-trained in {time.perf_counter() - start:.0f} s; L_p = "
+            + ", ".join(f"{k} {v:.4f}" for k, v in lp.items())
         )
-        start = time.perf_counter()
 
-        def save(budget, seen, step, lp, engine):
-            meta = {**_meta(config, languages, budget, seen, step, lp), "seconds": time.perf_counter() - start}
-            pre.write_checkpoint(folder, engine, meta)
-            logger.info(
-                f"pre-trained in {time.perf_counter() - start:.0f} s; L_p = "
-                + ", ".join(f"{k} {v:.4f}" for k, v in lp.items())
-            )
-
-        pre.train(tokens, [tokens], save, log=None)
+    pre.train(tokens, [tokens], save, log=None)
 
 
 # ------------------------------------------------------------------------------------------------------

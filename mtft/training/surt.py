@@ -11,22 +11,18 @@ identity, the texts' content, these settings and the process count, so the seeds
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import json
 import time
 from pathlib import Path
 from typing import Sequence
 
-from mtft.config.deepspeed import zero_stage
 from mtft.config.paths import cache_dir
 from mtft.config.schema import RunConfig
-from mtft.core.atomic import MARKER
-from mtft.core.distributed import ProcessInfo, barrier
-from mtft.core.runlock import waiting_lock
+from mtft.core.distributed import ProcessInfo
 from mtft.data.pipeline import task_training_texts
 from mtft.reporting.logs import logger
 from mtft.training.pretrain import Pretraining, quiet_progress
+from mtft.training.stage_cache import from_cache_or_fill, stage_key
 
 SURT_VERSION = "1"  # bump when re-training changes what it produces, to invalidate cached checkpoints
 
@@ -53,12 +49,8 @@ def surt_key(config: RunConfig, texts: Sequence[str], world_size: int = 1) -> st
         "mlm": p.model_dump(mode="json", include={"seed", "block_size", "micro_batch_size", "optimizer", "scheduler"}),
         "block_size": p.block_size or config.data.max_length,
         "mlm_probability": config.corpus.mlm_probability,
-        "precision": config.training.precision,
-        "clipping": config.training.gradient_clipping,
-        "processes": world_size,
-        "zero_stage": zero_stage(config),
     }
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
+    return stage_key(config, world_size, parts)
 
 
 def _backbone_identity(config: RunConfig) -> dict:
@@ -82,43 +74,35 @@ def surt_backbone(config: RunConfig, proc: ProcessInfo) -> RunConfig:
     quiet_progress()
     texts = task_training_texts(config)
     folder = cache_dir(config) / "surt" / surt_key(config, texts, proc.world_size)
-    if (folder / MARKER).is_file():
-        logger.info(f"SURT: re-trained backbone from the cache: {folder}")
-    else:
-        _fill_cache(surt_settings(config), texts, folder, proc)
+    from_cache_or_fill(
+        folder, proc, "SURT: re-trained backbone", lambda: _retrain_into(surt_settings(config), texts, folder, proc)
+    )
     model = config.model.model_copy(update={"backbone": str(folder), "revision": None})
     return config.model_copy(update={"model": model})
 
 
-def _fill_cache(config: RunConfig, texts: list[str], folder: Path, proc: ProcessInfo) -> None:
-    """Re-train into the cache entry ``folder``; runs started together share it (the first trains under a lock)."""
-    lock = folder.parent / f".{folder.name}.lock"
-    holding = waiting_lock(lock, lambda: logger.info(f"SURT: waiting for another run re-training {folder}"))
-    with holding if proc.is_main else contextlib.nullcontext():
-        barrier()
-        if (folder / MARKER).is_file():
-            logger.info(f"SURT: re-trained backbone from the cache (written meanwhile): {folder}")
-            return
-        pre = Pretraining(config, [], proc, training_texts=texts)
-        tokens = config.stability.surt.tokens
-        logger.info(
-            f"SURT: re-training the backbone ({config.model.backbone}) with masked-LM on the tasks' training text "
-            f"({len(texts)} texts, {len(pre.blocks)} blocks): {tokens:,} tokens, {pre.steps_for(tokens)} steps -> "
-            f"{folder}"
-        )
-        start = time.perf_counter()
+def _retrain_into(config: RunConfig, texts: list[str], folder: Path, proc: ProcessInfo) -> None:
+    """Re-train the backbone on the tasks' training text into the cache entry ``folder``."""
+    pre = Pretraining(config, [], proc, training_texts=texts)
+    tokens = config.stability.surt.tokens
+    logger.info(
+        f"SURT: re-training the backbone ({config.model.backbone}) with masked-LM on the tasks' training text "
+        f"({len(texts)} texts, {len(pre.blocks)} blocks): {tokens:,} tokens, {pre.steps_for(tokens)} steps -> "
+        f"{folder}"
+    )
+    start = time.perf_counter()
 
-        def save(budget, seen, step, _lp, engine):
-            meta = {
-                "tokens_budget": budget,
-                "tokens_seen": seen,
-                "steps": step,
-                "texts": len(texts),
-                "backbone": config.model.backbone,
-                "seed": config.pretrain.seed,
-                "seconds": time.perf_counter() - start,
-            }
-            pre.write_checkpoint(folder, engine, meta)
-            logger.info(f"SURT: re-trained in {time.perf_counter() - start:.0f} s")
+    def save(budget, seen, step, _lp, engine):
+        meta = {
+            "tokens_budget": budget,
+            "tokens_seen": seen,
+            "steps": step,
+            "texts": len(texts),
+            "backbone": config.model.backbone,
+            "seed": config.pretrain.seed,
+            "seconds": time.perf_counter() - start,
+        }
+        pre.write_checkpoint(folder, engine, meta)
+        logger.info(f"SURT: re-trained in {time.perf_counter() - start:.0f} s")
 
-        pre.train(tokens, [tokens], save, log=None)
+    pre.train(tokens, [tokens], save, log=None)

@@ -1,0 +1,58 @@
+"""The launchers a user copies from README.md "Launchers": the DeepSpeed launcher with a loopback hostfile (the
+flags a machine without an ssh server needs), and what a multi-process launch prints for a user error -- its one
+line once, not once per process."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import BASE_CONFIG, base_overrides, clean_env, read_jsonl, run_process, run_torchrun
+
+pytestmark = pytest.mark.multiprocess
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.timeout(300)
+def test_deepspeed_launcher_with_a_loopback_hostfile(tmp_path):
+    """README's CPU command: `deepspeed --hostfile hostfile --no_ssh_check --master_addr 127.0.0.1 run.py ...` with
+    `localhost slots=2` starts two processes (the slots, not a --num_gpus count) that train together."""
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("localhost slots=2\n")
+    out = tmp_path / "run"
+    launcher = [sys.executable, "-m", "deepspeed.launcher.runner"]  # the `deepspeed` command's own entry point
+    flags = ["--hostfile", str(hostfile), "--no_ssh_check", "--master_addr", "127.0.0.1"]
+    extra = {"evaluation.every_steps": None, "checkpointing.every_steps": None, "weighting.method": "mean"}
+    command = [*launcher, *flags, "--master_port", str(_free_port()), "run.py", "--config", BASE_CONFIG]
+    result = run_process([*command, *base_overrides(out, 2, **extra)], clean_env(OMP_NUM_THREADS="1"), timeout=280)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "on 2 process(es)" in result.stdout + result.stderr
+    assert [row["step"] for row in read_jsonl(out / "metrics.jsonl") if row["kind"] == "train"] == [2]
+    assert (Path(out) / "report.md").read_text().count("| processes | 2 |") == 1
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("training.max_steps=-3", "training.max_steps: Input should be greater than or equal to 1"),  # the schema
+        ("data.tasks.0.languages=[en,xx]", "no language(s) xx"),  # preflight: the task's languages
+    ],
+)
+def test_two_processes_print_a_user_error_once(tmp_path, override, message):
+    """Every rank refuses the input alike; the node's first process prints the one line (torchrun's own report of
+    the failed processes follows it -- torchrun's, not mtft's), the exit status is not 0, nothing is written."""
+    out = tmp_path / "run"
+    result = run_torchrun("--config", BASE_CONFIG, f"run.output_dir={out}", override, timeout=200)
+    assert result.returncode != 0
+    assert result.stderr.count("error:") == 1 and message in result.stderr, result.stderr
+    assert result.stderr.lstrip().startswith("error: ") and "error:" not in result.stdout
+    assert not out.exists()
