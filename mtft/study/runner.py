@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mtft.study.aggregate import aggregate
+from mtft.study.analyses import build_analyses, write_analyses
 from mtft.study.collect import collect
 from mtft.study.jobs import RunJob
 from mtft.study.local import default_threads, run_local
@@ -35,6 +36,7 @@ logger = logging.getLogger("mtft")
 
 def run_study(spec: StudySpec, base: Path, study_file: Path, report_only: bool = False) -> dict[str, Any]:
     runs = plan_runs(spec, base, study_file)  # every cell validated before anything is written
+    build_analyses(spec.analyses, spec.axes)  # so is every analysis the study asks for
     root = spec.directory
     if report_only:
         if not root.is_dir():
@@ -87,10 +89,13 @@ def make_job(root: Path, run: PlannedRun, spec: StudySpec) -> RunJob:
 
 
 def report(spec: StudySpec, root: Path, runs: list[PlannedRun], study_file: Path) -> dict[str, Any]:
-    records = collect(root, runs)
+    analyses = build_analyses(spec.analyses, spec.axes)
+    records = collect(root, runs, [analysis.run_metrics for analysis in analyses.values()])
     cells = [cell.name for cell in expand_cells(spec)]
     results = aggregate(records, spec.axes, spec.metrics, spec.baseline, cells)
-    write_results(root, results, name=spec.name, command=f"python run.py study --config {study_file}")
+    sections = write_analyses(root, analyses, records, results)
+    command = f"python run.py study --config {study_file}"
+    write_results(root, results, name=spec.name, command=command, sections=sections)
     counts = {status: sum(r["status"] == status for r in records) for status in ("complete", "failed", "pending")}
     print(
         f"[mtft] study {spec.name}: {counts['complete']} complete, {counts['failed']} failed, "

@@ -104,6 +104,11 @@ class StudySpec(_Section):
         description="The cell every other is compared with, seed by seed: axis -> value, e.g. {variant: mean} or "
         "{weighting.method: mean}; paired differences with 95% confidence intervals.",
     )
+    analyses: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Analyses beyond the tables, by name with their options (mtft/study/analyses.py), e.g. "
+        "overtraining: {task_metrics: [xnli/accuracy]}: extra numbers per run and a section of study.md.",
+    )
     output_dir: str = Field("studies/{name}", description="The study directory; '{name}' is replaced.")
     executor: ExecutorSection = Field(
         default_factory=ExecutorSection, description="How the runs are executed (not part of what the study is)."
