@@ -67,7 +67,8 @@ class OvertrainingAnalysis(StudyAnalysis):
         measures = [(LP_AFTER, True)] + [(m, False) for m in self.options.task_metrics]
         found = {m: find_inflections(records, axis, m, lower, self.options.tolerance) for m, lower in measures}
         complete = [r for r in records if r["status"] == "complete"]
-        figures = draw_figures(folder, complete, axis, self.options.task_metrics)
+        points = {m: {_setting(i.group): i.point for i in items if i.point is not None} for m, items in found.items()}
+        figures = draw_figures(folder, complete, axis, self.options.task_metrics, points)
         write_json(
             folder / "inflection.json",
             {
@@ -179,8 +180,7 @@ def section(
     ]
     for measure, items in found.items():
         for item in items:
-            setting = ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in item.group.items()) or "–"
-            lines.append(f"| {measure} | {setting} | {describe(item)} |")
+            lines.append(f"| {measure} | {_setting(item.group) or '–'} | {describe(item)} |")
     lines += [
         "",
         "### Budgets (bookkeeping)",
@@ -198,19 +198,30 @@ def section(
     return lines + [""]
 
 
+def _setting(axes: dict[str, Any], leave_out: str = "") -> str:
+    """The other axes' values as a label: ``lr=0.001`` (the last part of each dotted key)."""
+    return ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in axes.items() if k != leave_out)
+
+
 def _fmt(value: Optional[float]) -> str:
     return "–" if value is None else f"{value:.4g}"
 
 
 # ------------------------------------------------------------------------------------------------------
 def draw_figures(
-    folder: Path, records: list[dict[str, Any]], axis: str, task_metrics: list[str]
+    folder: Path,
+    records: list[dict[str, Any]],
+    axis: str,
+    task_metrics: list[str],
+    points: Optional[dict[str, dict[str, float]]] = None,
 ) -> list[tuple[str, str]]:
     """(file, caption) of the figures drawn: (a) L_p after fine-tuning per learning rate, (b) ΔL_p(γ) of θ_p per γ,
-    (c) λ_p, (d) each task metric per learning rate -- all against the budget; mean ± std over seeds."""
+    (c) λ_p, (d) each task metric per learning rate -- all against the budget; mean ± std over seeds. ``points``:
+    measure -> setting label -> the inflection point of its seed-mean curve, marked with a star."""
     figures = []
+    points = points or {}
     if _has(records, LP_AFTER):
-        _by_group(records, axis, LP_AFTER, folder / "a_lp_after.png", reference="lp_before")
+        _by_group(records, axis, LP_AFTER, folder / "a_lp_after.png", "lp_before", points.get(LP_AFTER, {}))
         figures.append(("a_lp_after.png", "(a) pre-training loss L_p after fine-tuning against the budget"))
     gammas = sorted(
         {k for r in records for k in r["metrics"] if k.startswith("dlp_pretrained/")},
@@ -224,7 +235,7 @@ def draw_figures(
         figures.append(("c_lambda_p.png", "(c) λ_p of the pre-trained checkpoint against the budget"))
     for index, metric in enumerate(m for m in task_metrics if _has(records, m)):
         file = f"d{index + 1}_{metric.replace('/', '_')}.png"
-        _by_group(records, axis, metric, folder / file)
+        _by_group(records, axis, metric, folder / file, points=points.get(metric, {}))
         figures.append((file, f"(d) {metric} after fine-tuning against the budget"))
     return figures
 
@@ -244,15 +255,27 @@ def _curve(runs: list[dict[str, Any]], axis: str, metric: str) -> tuple[list[flo
     return budgets, means, stds
 
 
-def _by_group(records: list[dict[str, Any]], axis: str, metric: str, path: Path, reference: str = "") -> None:
+def _by_group(
+    records: list[dict[str, Any]],
+    axis: str,
+    metric: str,
+    path: Path,
+    reference: str = "",
+    points: Optional[dict[str, float]] = None,
+) -> None:
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in records:
-        label = ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in r["axes"].items() if k != axis)
-        groups.setdefault(label, []).append(r)
+        groups.setdefault(_setting(r["axes"], leave_out=axis), []).append(r)
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    marked = False
     for label, runs in sorted(groups.items()):
         x, y, err = _curve(runs, axis, metric)
-        ax.errorbar(x, y, yerr=err, marker="o", ms=4, capsize=3, label=label or metric)
+        line = ax.errorbar(x, y, yerr=err, marker="o", ms=4, capsize=3, label=label or metric)
+        point = (points or {}).get(label)
+        if point in x:
+            star = "inflection point (seed mean)" if not marked else None
+            ax.plot([point], [y[x.index(point)]], "*", ms=14, color=line[0].get_color(), mec="k", label=star)
+            marked = True
     if reference and _has(records, reference):
         x, y, _ = _curve(records, axis, reference)
         ax.plot(x, y, "k--", lw=1, label="before fine-tuning (θ_p)")
