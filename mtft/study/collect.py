@@ -8,23 +8,27 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 from mtft.study.aggregate import run_record
 from mtft.study.plan import PlannedRun
 from mtft.study.state import is_finished, is_started, read_status, status_path
 
-
-def collect(root: Path, runs: list[PlannedRun]) -> list[dict[str, Any]]:
-    return [record_of(root, run) for run in runs]
+Extra = Callable[[Path], dict[str, float]]  # a study analysis's numbers of one run directory
 
 
-def record_of(root: Path, run: PlannedRun) -> dict[str, Any]:
-    """The run's record: complete (with its metrics), failed (with its error line) or pending."""
+def collect(root: Path, runs: list[PlannedRun], extra: Sequence[Extra] = ()) -> list[dict[str, Any]]:
+    return [record_of(root, run, extra) for run in runs]
+
+
+def record_of(root: Path, run: PlannedRun, extra: Sequence[Extra] = ()) -> dict[str, Any]:
+    """The run's record: complete (with its metrics and ``extra``'s), failed (with its error line) or pending."""
     status = read_status(status_path(root, run))
     cell, axes, seed, where = run.cell.name, run.cell.axes, run.seed, str(run.run_dir)
     if is_finished(run.run_dir):
         metrics = run_metrics(run.run_dir)
+        for numbers in extra:
+            metrics.update(numbers(run.run_dir))
         if "wall_s" in status:
             metrics["wall_s"] = float(status["wall_s"])
         code = [version.get("source") for version in status.get("code", []) if version.get("source")]

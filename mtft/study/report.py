@@ -7,7 +7,7 @@ from __future__ import annotations
 import csv
 import io
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from mtft.core.atomic import AtomicFolder, write_json, write_text
 from mtft.core.errors import shorten
@@ -22,10 +22,15 @@ FAILURE = ("at_or_below_majority", "scored_against_majority", "majority_baseline
 
 
 def write_results(
-    study_dir: Path, results: StudyResults, name: Optional[str] = None, command: Optional[str] = None
+    study_dir: Path,
+    results: StudyResults,
+    name: Optional[str] = None,
+    command: Optional[str] = None,
+    sections: Sequence[str] = (),
 ) -> dict[str, Path]:
     """Write the study's results under ``study_dir`` (``name`` defaults to the folder's; ``command`` is the command
-    line that ran the study, shown in study.md); returns the files written by kind."""
+    line that ran the study, shown in study.md; ``sections``: the study analyses' lines, before the plots); returns
+    the files written by kind."""
     study_dir = Path(study_dir)
     with AtomicFolder(study_dir / "plots").writing(kind="study plots") as folder:
         figures, left_out = plots.plot_study(results, folder)
@@ -33,7 +38,7 @@ def write_results(
     paths["md"] = study_dir / "study.md"
     write_json(paths["json"], results.to_json())
     write_text(paths["csv"], results_csv(results))
-    write_text(paths["md"], study_markdown(results, name or study_dir.name, command, figures, left_out))
+    write_text(paths["md"], study_markdown(results, name or study_dir.name, command, figures, left_out, sections))
     return paths
 
 
@@ -64,7 +69,12 @@ def results_csv(results: StudyResults) -> str:
 
 
 def study_markdown(
-    results: StudyResults, name: str, command: Optional[str], figures: list[Figure], left_out: int
+    results: StudyResults,
+    name: str,
+    command: Optional[str],
+    figures: list[Figure],
+    left_out: int,
+    sections: Sequence[str] = (),
 ) -> str:
     cells = results.cells
     failed, pending = sum(len(c.failed) for c in cells), sum(len(c.pending) for c in cells)
@@ -87,7 +97,7 @@ def study_markdown(
     if failed:
         lines += ["## Failed runs", ""]
         lines += [f"- `{f.run_dir}`: {shorten(f.error)}" for c in cells for f in c.failed] + [""]
-    lines += _plots_section(figures, left_out)
+    lines += [*sections, *_plots_section(figures, left_out)]
     return "\n".join(lines)
 
 

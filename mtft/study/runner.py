@@ -15,6 +15,7 @@ from typing import Any
 
 from mtft.study import loo
 from mtft.study.aggregate import aggregate
+from mtft.study.analyses import build_analyses, write_analyses
 from mtft.study.collect import collect
 from mtft.study.jobs import RunJob
 from mtft.study.local import default_threads, run_local
@@ -36,6 +37,7 @@ logger = logging.getLogger("mtft")
 
 def run_study(spec: StudySpec, base: Path, study_file: Path, report_only: bool = False) -> dict[str, Any]:
     runs = plan_runs(spec, base, study_file)  # every cell validated before anything is written
+    build_analyses(spec.analyses, spec.axes)  # so is every analysis the study asks for
     root = spec.directory
     if report_only:
         if not root.is_dir():
@@ -89,10 +91,14 @@ def make_job(root: Path, run: PlannedRun, spec: StudySpec) -> RunJob:
 
 
 def report(spec: StudySpec, root: Path, runs: list[PlannedRun], study_file: Path) -> dict[str, Any]:
-    records = collect(root, [run for run in runs if run.draw is None])  # the runs on S; S^i's enter only loo
+    analyses = build_analyses(spec.analyses, spec.axes)
+    on_s = [run for run in runs if run.draw is None]  # the runs on S; S^i's enter only the leave-one-out numbers
+    records = collect(root, on_s, [analysis.run_metrics for analysis in analyses.values()])
     cells = [cell.name for cell in expand_cells(spec)]
     results = aggregate(records, spec.axes, spec.metrics, spec.baseline, cells, spec.failure)
-    write_results(root, results, name=spec.name, command=f"python run.py study --config {study_file}")
+    sections = write_analyses(root, analyses, records, results)
+    command = f"python run.py study --config {study_file}"
+    write_results(root, results, name=spec.name, command=command, sections=sections)
     if spec.leave_one_out:
         stability = loo.measure(runs, cells)
         loo.write(root, stability)

@@ -141,6 +141,11 @@ class StudySpec(_Section):
         description="Next to every run on S, `draws` runs with the same seed on S^i (count or fraction of each "
         "training split removed); the study reports E||A(S^i) − A(S)|| per cell (docs/stability.md).",
     )
+    analyses: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Analyses beyond the tables, by name with their options (mtft/study/analyses.py), e.g. "
+        "overtraining: {task_metrics: [xnli/accuracy]}: extra numbers per run and a section of study.md.",
+    )
     output_dir: str = Field("studies/{name}", description="The study directory; '{name}' is replaced.")
     executor: ExecutorSection = Field(
         default_factory=ExecutorSection, description="How the runs are executed (not part of what the study is)."

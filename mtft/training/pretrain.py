@@ -19,6 +19,7 @@ must not be confounded by the learning-rate schedule).
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import time
 from pathlib import Path
@@ -140,6 +141,7 @@ class Pretraining:
         each budget it passes."""
         p, proc = self.config.pretrain, self.proc
         steps = self.steps_for(tokens)
+        self.schedule_steps = steps  # the schedule this run anneals over, recorded with each checkpoint
         model = self.new_model()
         training = self.config.training.model_copy(
             update={
@@ -208,11 +210,19 @@ class Pretraining:
         barrier()
 
 
-def _meta(config: RunConfig, languages: list[str], budget: int, seen: int, step: int, lp: dict) -> dict:
+def _meta(
+    config: RunConfig, languages: list[str], budget: int, seen: int, step: int, lp: dict, engine, schedule_steps: int
+) -> dict:
+    """``pretrain.json``. ``lr_after``: the scheduler's learning rate after the checkpoint's step, 0 when the
+    checkpoint ends its own schedule annealed to zero; an intermediate checkpoint of a longer schedule (the cheaper
+    alternative to ``schedule_per_budget``) has ``steps`` < ``schedule_steps`` and a positive ``lr_after``."""
     return {
         "tokens_budget": budget,
         "tokens_seen": seen,
         "steps": step,
+        "schedule_steps": schedule_steps,
+        "scheduler": config.pretrain.scheduler.name,
+        "lr_after": float(engine.get_lr()[0]),
         "lp": lp,
         "languages": languages,
         "corpus": corpus_path(config.corpus),
@@ -300,14 +310,15 @@ def _pretrain_into(config: RunConfig, languages: list[str], folder: Path, proc: 
     start = time.perf_counter()
 
     def save(budget, seen, step, lp, engine):
-        meta = {**_meta(config, languages, budget, seen, step, lp), "seconds": time.perf_counter() - start}
+        meta = {
+            **_meta(config, languages, budget, seen, step, lp, engine, pre.schedule_steps),
+            "seconds": time.perf_counter() - start,
+        }
         pre.write_checkpoint(folder, engine, meta)
         logger.info(
             f"pre-trained in {time.perf_counter() - start:.0f} s; L_p = "
             + ", ".join(f"{k} {v:.4f}" for k, v in lp.items())
         )
-
-    pre.train(tokens, [tokens], save, log=None)
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -342,7 +353,10 @@ class PretrainRun:
         results = []
 
         def save(budget, seen, step, lp, engine):
-            meta = {**_meta(config, pre.languages, budget, seen, step, lp), "seconds": time.perf_counter() - start}
+            meta = {
+                **_meta(config, pre.languages, budget, seen, step, lp, engine, pre.schedule_steps),
+                "seconds": time.perf_counter() - start,
+            }
             pre.write_checkpoint(self.run_dir / "checkpoints" / f"tokens-{budget}", engine, meta)
             log.log(
                 offset[0] + step,
@@ -374,3 +388,39 @@ class PretrainRun:
             logger.info(f"report: {path}")
         barrier()
         return self.run_dir
+
+
+# ------------------------------------------------------------------------------------------------------
+def backbone_pretraining(backbone: str) -> Optional[dict]:
+    """The ``pretrain.json`` of a backbone this stage pre-trained (a cache entry of ``pretrain.before_finetune`` or
+    a ``run.stage: pretrain`` checkpoint), or None for any other backbone (a Hub id, a folder without it)."""
+    path = Path(backbone) / "pretrain.json"
+    if not path.is_file():
+        return None
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) and "tokens_budget" in meta else None
+
+
+def pretraining_summary(meta: dict) -> str:
+    """One line for a run report: the backbone's token budget and whether its schedule ended there."""
+    text = f"{meta['tokens_budget']:,} tokens of masked-LM pre-training ({meta.get('steps', '?')} steps"
+    total, lr = meta.get("schedule_steps"), meta.get("lr_after")
+    if total is not None and lr is not None:
+        if meta.get("steps") == total:
+            text += f", the end of its own {meta.get('scheduler', '')} schedule, learning rate {lr:g} after it"
+        else:
+            text += f", an intermediate checkpoint of a {total}-step {meta.get('scheduler', '')} schedule, "
+            text += f"learning rate {lr:g} there"
+    return text + ")"
+
+
+def backbone_log_row(meta: dict) -> dict:
+    """The numbers of ``pretrain.json`` for the fine-tuning run's metrics.jsonl (row kind ``backbone``), so that the
+    run's own log says which budget its backbone had (the study reads it from there)."""
+    keys = ("tokens_budget", "tokens_seen", "steps", "schedule_steps", "lr_after", "seed")
+    row = {key: meta[key] for key in keys if isinstance(meta.get(key), (int, float))}
+    row.update({f"lp/{lang}": v for lang, v in (meta.get("lp") or {}).items() if isinstance(v, (int, float))})
+    return row

@@ -42,7 +42,7 @@ from mtft.training.engine import initialize
 from mtft.training.gram_step import GramWeightedStep
 from mtft.training.metric import OptimizerMetric
 from mtft.training.preflight import preflight
-from mtft.training.pretrain import pretrained_backbone
+from mtft.training.pretrain import backbone_log_row, backbone_pretraining, pretrained_backbone, pretraining_summary
 from mtft.training.restore import save_encoder_files
 from mtft.training.rundir import create_run_dir
 from mtft.training.setup import build_model, heads_metadata, make_tokenizer_factory, shared_parameters
@@ -144,6 +144,9 @@ class Run:
             resume_step=self.step if config.run.resume else None,
             resume_rows=self.resume_rows,
         )
+        pretraining = backbone_pretraining(self.model_config.model.backbone)
+        if pretraining is not None and self.step == 0:  # a resumed run keeps the row its first attempt logged
+            self.log.log(0, "backbone", backbone_log_row(pretraining))
         try:
             self.monitor.start(self.step, self.log)
             self._train()
@@ -483,8 +486,10 @@ class Run:
             {"name": unit.key, "examples": len(self.data.train_dataset(i)), "probability": float(self.mix[i])}
             for i, unit in enumerate(self.data.train_units)
         ]
+        pretraining = backbone_pretraining(self.model_config.model.backbone)
         setup = [
             ("backbone", cfg.model.backbone),
+            *([("backbone pre-training", pretraining_summary(pretraining))] if pretraining else []),
             ("method", cfg.model.adapter.method),
             (
                 "weighting",

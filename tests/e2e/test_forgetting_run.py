@@ -197,6 +197,8 @@ def test_pretrain_stage_checkpoints_at_budgets_and_probe_command(tmp_path):
     early, late = (json.loads((out / f"checkpoints/{f}/pretrain.json").read_text()) for f in reversed(folders))
     assert (early["steps"], late["steps"]) == (10, 40) and late["tokens_seen"] == 20480
     assert late["lp"]["en"] < early["lp"]["en"]  # more pre-training, lower held-out masked-LM loss
+    # one schedule: the early checkpoint is an intermediate one, not annealed; the last ends its cosine at 0
+    assert early["schedule_steps"] == late["schedule_steps"] == 40 and early["lr_after"] > 0 == late["lr_after"]
     assert (out / "pretrain.png").read_bytes()[:8] == PNG and "## Checkpoints" in (out / "report.md").read_text()
 
     weights = load_file(str(out / "checkpoints/tokens-20480/model.safetensors"))
@@ -237,6 +239,14 @@ def test_pretrain_stage_checkpoints_at_budgets_and_probe_command(tmp_path):
     meta = json.loads((more / "checkpoints/tokens-5120/pretrain.json").read_text())
     assert meta["backbone"].endswith("tokens-20480") and meta["steps"] == 10
     assert "(continued)" in (more / "report.md").read_text()
+
+    # schedule_per_budget: every budget its own schedule, annealed to zero at that budget (Springer et al., 2025)
+    apart = tmp_path / "apart"
+    result = run_cli("--config", str(config), f"run.output_dir={apart}", "pretrain.schedule_per_budget=true")
+    assert result.returncode == 0, result.stderr[-3000:]
+    for folder, steps in (("tokens-5120", 10), ("tokens-20480", 40)):
+        meta = json.loads((apart / "checkpoints" / folder / "pretrain.json").read_text())
+        assert meta["steps"] == meta["schedule_steps"] == steps and meta["lr_after"] == 0.0
 
 
 def test_monitors_leave_training_bit_identical_and_probe_of_a_finetuning_checkpoint(tmp_path):

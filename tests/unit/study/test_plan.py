@@ -184,7 +184,8 @@ def test_every_shipped_study_plans(path):
     if "backbones/all-MiniLM-L6-v2" in path.read_text():
         overrides = [f"overrides.model.backbone={minilm_folder()}"]
     spec, runs = plan(path, *overrides)
-    assert len(runs) == len(expand_cells(spec)) * len(spec.seed_list) > 0
+    per_seed = 1 + (spec.leave_one_out.draws if spec.leave_one_out else 0)  # the run on S and its S^i pairs
+    assert len(runs) == len(expand_cells(spec)) * len(spec.seed_list) * per_seed > 0
 
 
 def test_a_cell_with_an_unknown_language_is_refused_before_anything_runs(tmp_path):
