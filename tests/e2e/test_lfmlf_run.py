@@ -112,6 +112,8 @@ def test_zero_stages_give_the_same_training(zero_runs, stage):
 def test_two_processes_match_one_and_ranks_stay_bit_identical(zero_runs):
     one, two = weighting_events(zero_runs["zero2"]), weighting_events(zero_runs["two"])
     assert len(one) == len(two) == STEPS
+    # two processes shard the per-objective gradients (mtft/gradients/sharded.py); one holds them whole
+    assert all(e["gram_shards"] == 2 for e in two) and not any("gram_shards" in e for e in one)
     for a, b in zip(one, two):
         assert a["weight/xnli/de"] == pytest.approx(b["weight/xnli/de"], rel=1e-4, abs=1e-7)
         assert_same_d_norm(a, b)
