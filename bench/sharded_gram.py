@@ -3,6 +3,7 @@ unsharded path, and the LF-MLF step against the plain mean-loss step, for T obje
 
     python bench/sharded_gram.py                  # T = 2, 15, 48; N = 1, 2; prints Markdown tables
     python bench/sharded_gram.py --layers 2 --objectives 15
+    python bench/sharded_gram.py --precision      # bfloat16 buffers against float32 ones: the Gram's error
 
 Every (N, T) point runs one step of each kind on the same global batch, from the same random weights (no
 download), in N processes (torch.multiprocessing, gloo):
@@ -16,6 +17,9 @@ n bytes, (N−1)/N · n for a reduce-scatter of n bytes in or an all-gather of n
 Buffer memory is what the step allocates for per-objective gradients (their accumulation buffer, the sharded
 path's landing row), counted from the tensors. The sharded and unsharded steps' Grams and updated weights are
 compared. The same formulas then give the table for XLM-R large at N = 8, checked against every measured point.
+
+--precision instead compares, on one process and the same batch, the Gram, the LF-MLF weights and the combined
+gradient from bfloat16 buffers (weighting.gradient_buffers: bfloat16; float32 accumulation) with float32 ones.
 
 Shapes: XLM-R base (hidden 768, 12 heads, FFN 3072) with --layers of its 12 layers (1 by default, so that T = 48
 buffers of two processes fit this 23 GB machine) and an 8000-row vocabulary (250002 in XLM-R: T copies of its
@@ -199,6 +203,48 @@ def large_dense_parameters() -> int:
     return sum(p.numel() for n, p in encoder.named_parameters() if "word_embeddings" not in n)
 
 
+def precision(args) -> None:
+    """bfloat16 against float32 buffers, one process, the same model and batch."""
+    import numpy as np
+
+    from mtft.gradients import PerObjectiveGradients
+
+    print(
+        "| T | Gram max rel. error | diagonal max rel. error | cosine max abs. error | LF-MLF weights max abs. diff "
+        "| combined gradient rel. error |"
+    )
+    print("|" + "---:|" * 6)
+    for t in args.objectives:
+        model = build(t, 768, args.layers)
+        batch = make_batch(t, args.batch, args.length)
+        batch = {k: v[torch.argsort(batch["objective_index"], stable=True)] for k, v in batch.items()}
+        results = {}
+        for dtype in (torch.float32, torch.bfloat16):
+            collector = PerObjectiveGradients(model, t, dtype=dtype).attach()
+            detached = {name: p.detach() for name, p in model.named_parameters()}
+            with collector.capturing():
+                sums, counts = torch.func.functional_call(model, detached, args=(), kwargs=batch)
+            sums.sum().backward()
+            collector.finalize()
+            scale = 1.0 / counts.double()
+            gram = collector.gram(list(collector.views)) * scale[:, None] * scale[None, :]
+            w = torch.as_tensor(build_weighting("lfmlf")(np.zeros(t), gram.numpy()))
+            combined = torch.cat([v.reshape(-1).float() for v in collector.combine(w * scale).values()])
+            results[dtype] = gram, w, combined
+            collector.detach()
+            del collector
+        (g32, w32, c32), (g16, w16, c16) = results[torch.float32], results[torch.bfloat16]
+        d32, d16 = g32.diagonal().sqrt(), g16.diagonal().sqrt()
+        cos32, cos16 = g32 / (d32[:, None] * d32[None, :]), g16 / (d16[:, None] * d16[None, :])
+        print(
+            f"| {t} | {((g16 - g32).abs().max() / g32.abs().max()).item():.1e} | "
+            f"{((g16.diagonal() - g32.diagonal()).abs() / g32.diagonal()).max().item():.1e} | "
+            f"{(cos16 - cos32).abs().max().item():.1e} | {(w16 - w32).abs().max().item():.1e} | "
+            f"{((c16 - c32).norm() / c32.norm()).item():.1e} |",
+            flush=True,
+        )
+
+
 def _ratio(a: float, b: float) -> str:
     return f"{a / b:.3f}" if b else "–"
 
@@ -210,7 +256,10 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=1)
     parser.add_argument("--batch", type=int, default=96)
     parser.add_argument("--length", type=int, default=32)
+    parser.add_argument("--precision", action="store_true", help="bfloat16 against float32 buffers instead")
     args = parser.parse_args()
+    if args.precision:
+        return precision(args)
     print(
         f"model: XLM-R base shapes (hidden 768, FFN 3072), {args.layers} of 12 layers, vocab 8000; global batch "
         f"{args.batch} x {args.length} tokens; one step of each kind per point\n"

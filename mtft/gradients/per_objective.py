@@ -293,15 +293,16 @@ class PerObjectiveGradients:
         return rows
 
     def combine(self, weights: torch.Tensor) -> dict[torch.Tensor, torch.Tensor]:
-        """Σ_t w_t g_t for every parameter (weights may fold in a per-objective scale such as 1/count_t)."""
-        w = weights.to(self.flat.dtype).to(self.flat.device)
-        dense = w @ self.flat[:, self.dense_start : self.width]
+        """Σ_t w_t g_t for every parameter (weights may fold in a per-objective scale such as 1/count_t); in
+        float32 from bfloat16 buffers."""
+        dense = weighted_sum(weights, self.flat[:, self.dense_start : self.width])
         out, offset = {}, 0
         for p in self.views:
             if p in self.row_mask:
                 rows = self.touched_rows(p)
-                out[p] = torch.zeros(p.shape, dtype=self.flat.dtype, device=self.flat.device)
-                out[p][rows] = torch.einsum("t,t...->...", w, self.views[p][:, rows])
+                out[p] = torch.zeros(p.shape, dtype=dense.dtype, device=self.flat.device)
+                block = self.views[p][:, rows].reshape(self.num_objectives, -1)
+                out[p][rows] = weighted_sum(weights, block).view(len(rows), *p.shape[1:])
             else:
                 out[p] = dense[offset : offset + p.numel()].view_as(p)
                 offset += p.numel()
@@ -315,28 +316,68 @@ class PerObjectiveGradients:
         for p, view in self.views.items():
             if p not in vectors:
                 continue
-            v = vectors[p].to(self.flat.dtype).to(self.flat.device)
+            v = vectors[p].to(self.flat.device)
             if p in self.row_mask:
                 rows = self.touched_rows(p)
                 view, v = view[:, rows], v[rows]
-            out += (view.reshape(self.num_objectives, -1) @ v.reshape(-1)).double().cpu()
+            out += matvec(view.reshape(self.num_objectives, -1), v.reshape(-1))
         return out
+
+
+def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Sums over buffer columns run in float32 at least: bfloat16 buffers halve the memory, not the Gram's
+    precision beyond their own rounding."""
+    return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
+
+
+def _chunks(block: torch.Tensor) -> Iterator[tuple[slice, torch.Tensor]]:
+    """Column chunks of ``block`` in its accumulation dtype (a float32 copy of one chunk at a time)."""
+    dtype = accumulation_dtype(block.dtype)
+    for start in range(0, block.shape[1], METRIC_CHUNK):
+        columns = slice(start, start + METRIC_CHUNK)
+        yield columns, block[:, columns].to(dtype)
 
 
 def gram_of_blocks(blocks: list[tuple[torch.Tensor, Optional[torch.Tensor]]], num_objectives: int) -> torch.Tensor:
     """Σ over blocks of B Bᵀ (or (√p ⊙ B)(√p ⊙ B)ᵀ for a block given with its diagonal metric p): each product
-    in the buffers' dtype, the sum in float64. The one place a Gram is accumulated, sharded or not."""
+    in the buffers' dtype (float32 from bfloat16), the sum in float64. The one place a Gram is accumulated,
+    sharded or not."""
     gram = torch.zeros(num_objectives, num_objectives, dtype=torch.float64)
     for block, diagonal in blocks:
         block = block.reshape(num_objectives, -1)
-        if diagonal is None:
+        dtype = accumulation_dtype(block.dtype)
+        if diagonal is None and dtype == block.dtype:
             gram += (block @ block.t()).double().cpu()
             continue
-        root = diagonal.reshape(-1).to(block.dtype).to(block.device).sqrt()
-        for start in range(0, block.shape[1], METRIC_CHUNK):
-            scaled = block[:, start : start + METRIC_CHUNK] * root[start : start + METRIC_CHUNK]
+        root = None if diagonal is None else diagonal.reshape(-1).to(dtype).to(block.device).sqrt()
+        for columns, chunk in _chunks(block):
+            scaled = chunk if root is None else chunk * root[columns]
             gram += (scaled @ scaled.t()).double().cpu()
     return gram
+
+
+def weighted_sum(weights: torch.Tensor, block: torch.Tensor) -> torch.Tensor:
+    """Σ_t w_t block[t], a vector in the buffers' accumulation dtype."""
+    dtype = accumulation_dtype(block.dtype)
+    w = weights.to(dtype).to(block.device)
+    if dtype == block.dtype:
+        return w @ block
+    out = torch.empty(block.shape[1], dtype=dtype, device=block.device)
+    for columns, chunk in _chunks(block):
+        out[columns] = w @ chunk
+    return out
+
+
+def matvec(block: torch.Tensor, vector: torch.Tensor) -> torch.Tensor:
+    """block @ vector in float64, each chunk's product in the buffers' accumulation dtype."""
+    dtype = accumulation_dtype(block.dtype)
+    vector = vector.to(dtype).to(block.device)
+    if dtype == block.dtype:
+        return (block @ vector).double().cpu()
+    out = torch.zeros(block.shape[0], dtype=torch.float64)
+    for columns, chunk in _chunks(block):
+        out += (chunk @ vector[columns]).double().cpu()
+    return out
 
 
 def _select(rows: Union[slice, torch.Tensor], keep: torch.Tensor) -> torch.Tensor:

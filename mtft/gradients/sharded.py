@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from mtft.core.distributed import all_gather, reduce_scatter
-from mtft.gradients.per_objective import PerObjectiveGradients, gram_of_blocks
+from mtft.gradients.per_objective import PerObjectiveGradients, gram_of_blocks, matvec, weighted_sum
 
 Block = tuple[torch.Tensor, Optional[torch.Tensor]]
 
@@ -140,9 +140,9 @@ class ShardedGradients:
     def combine(self, weights: torch.Tensor) -> dict[torch.Tensor, torch.Tensor]:
         """Σ_t w_t ḡ_t for every parameter: formed on this shard, then all-gathered, so every rank holds the same
         full gradient (rows of a row-sparse weight that no rank touched are zero in every ḡ_t, so in the sum)."""
-        w = weights.to(self.shard.dtype).to(self.shard.device)
-        full = torch.empty(self.collector.flat.shape[1], dtype=self.shard.dtype, device=self.shard.device)
-        all_gather(full, w @ self.shard)
+        local = weighted_sum(weights, self.shard)
+        full = torch.empty(self.collector.flat.shape[1], dtype=local.dtype, device=local.device)
+        all_gather(full, local)
         return {p: full[first:last].view_as(p) for p, (first, last) in self.collector.spans.items()}
 
     def dot(self, vectors: dict[torch.Tensor, torch.Tensor]) -> torch.Tensor:
@@ -152,7 +152,7 @@ class ShardedGradients:
         for p, (first, last) in self.collector.spans.items():
             start, stop = max(first, self.start), min(last, self.stop)
             if p in vectors and start < stop:
-                v = vectors[p].reshape(-1)[start - first : stop - first].to(self.shard.dtype).to(self.shard.device)
-                out += (self.shard[:, start - self.start : stop - self.start] @ v).double().cpu()
+                v = vectors[p].reshape(-1)[start - first : stop - first]
+                out += matvec(self.shard[:, start - self.start : stop - self.start], v)
         torch.distributed.all_reduce(out)
         return out

@@ -56,17 +56,21 @@ class GramWeightedStep:
         metric: Optional[OptimizerMetric] = None,
         descent_check: bool = False,
         shard_gradients: bool = True,
+        buffer_dtype: Optional[torch.dtype] = None,
     ):
         """``shared``: the parameters of the Gram (None for a weighting that reads none); ``metric``: form the
         Gram in the optimizer's metric; ``descent_check``: measure g_tᵀΔθ of the applied update;
         ``shard_gradients``: on several ranks, reduce-scatter the per-objective gradients (the default) rather
-        than all-reduce them whole (kept to measure the two against each other: bench/sharded_gram.py)."""
+        than all-reduce them whole (kept to measure the two against each other: bench/sharded_gram.py);
+        ``buffer_dtype``: of the per-objective gradient buffers (None: the parameters', float32 at least)."""
         self.engine = engine
         self.weighting = weighting
         self.num_objectives = num_objectives
         self.world_size = world_size
         self.module = engine.module
-        self.collector = PerObjectiveGradients(self.module, num_objectives, pad_multiple=world_size).attach()
+        self.collector = PerObjectiveGradients(
+            self.module, num_objectives, dtype=buffer_dtype, pad_multiple=world_size
+        ).attach()
         self.sharded = (
             ShardedGradients(self.collector, torch.distributed.get_rank(), world_size)
             if world_size > 1 and shard_gradients

@@ -1,5 +1,6 @@
 """The sharded per-objective gradients of two gloo processes give the unsharded Gram, combination and dot
-products to float32 round-off, identically on both ranks, the shard written into the accumulation buffer."""
+products to float32 round-off, identically on both ranks, the shard written into the accumulation buffer; with
+float32 and with bfloat16 buffers."""
 
 from __future__ import annotations
 
@@ -49,15 +50,16 @@ def _worker(rank: int, port: int) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.distributed.init_process_group("gloo", rank=rank, world_size=WORLD)
     try:
-        _check_rank(rank)
+        for dtype in (torch.float32, torch.bfloat16):  # gradient_buffers: full, bfloat16
+            _check_rank(rank, dtype)
     finally:
         torch.distributed.destroy_process_group()
 
 
-def _check_rank(rank: int) -> None:
+def _check_rank(rank: int, dtype: torch.dtype) -> None:
     torch.manual_seed(0)
     model = Toy()
-    collector = PerObjectiveGradients(model, OBJECTIVES, pad_multiple=WORLD).attach()
+    collector = PerObjectiveGradients(model, OBJECTIVES, dtype=dtype, pad_multiple=WORLD).attach()
     assert collector.flat.shape[1] % WORLD == 0 and collector.flat.shape[1] > collector.width
     ids, objective, labels = _rank_batch(rank)
     detached = {name: p.detach() for name, p in model.named_parameters()}
