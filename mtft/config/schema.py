@@ -287,6 +287,13 @@ class WeightingSection(Section):
         "first order (g_tᵀΔθ < 0 for every t present): T dot products with per-objective gradients, which a "
         "weighting that reads no Gram then computes too (per-objective step, as the Gram weightings').",
     )
+    gradient_buffers: Literal["full", "bfloat16"] = Field(
+        "full",
+        description="Precision of the per-objective gradient buffers (T × trainable parameters) of the weightings "
+        "that read them: full = the parameters' (float32 at least); bfloat16 = half the memory and traffic, each "
+        "g_t rounded to bfloat16 (about 3 significant digits), the Gram, combination and dot products still "
+        "accumulated in float32 and float64 (docs/lfmlf.md measures the effect on the Gram).",
+    )
 
     @field_validator("method")
     @classmethod

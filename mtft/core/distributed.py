@@ -71,6 +71,20 @@ def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def reduce_scatter(output: torch.Tensor, tensor: torch.Tensor, async_op: bool = False):
+    """Sum ``tensor`` over ranks and keep this rank's equal share (``output``: 1/N of ``tensor``'s elements).
+    Recent torch (2.13 here) names it ``reduce_scatter_single`` and deprecates ``reduce_scatter_tensor``; gloo
+    implements it natively (checked on torch 2.13), so no all-reduce stands in for it."""
+    fn = getattr(torch.distributed, "reduce_scatter_single", None) or torch.distributed.reduce_scatter_tensor
+    return fn(output, tensor, async_op=async_op)
+
+
+def all_gather(output: torch.Tensor, tensor: torch.Tensor) -> None:
+    """Concatenate every rank's ``tensor`` (equal sizes) into ``output``, in rank order."""
+    fn = getattr(torch.distributed, "all_gather_single", None) or torch.distributed.all_gather_into_tensor
+    fn(output, tensor)
+
+
 def barrier() -> None:
     if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
         torch.distributed.barrier()

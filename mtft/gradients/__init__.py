@@ -2,5 +2,6 @@
 
 from mtft.gradients.per_objective import PerObjectiveGradients
 from mtft.gradients.reference import reference_objective_gradients
+from mtft.gradients.sharded import ShardedGradients
 
-__all__ = ["PerObjectiveGradients", "reference_objective_gradients"]
+__all__ = ["PerObjectiveGradients", "ShardedGradients", "reference_objective_gradients"]

@@ -47,10 +47,14 @@ Segments = Sequence[tuple[int, Union[slice, torch.Tensor]]]
 class PerObjectiveGradients:
     """Accumulates ∂(Σ_{n∈t} loss_n)/∂θ for every objective t and trainable parameter θ of ``model``.
 
-    Buffers live in one flat (T, P) tensor, so that data-parallel ranks all-reduce them in one call.
+    Buffers live in one flat (T, P) tensor, so that data-parallel ranks reduce them in one call per objective;
+    ``pad_multiple``: pad its width with zero columns to a multiple of this (the number of ranks, so that each
+    objective's row splits into equal shards: see :mod:`mtft.gradients.sharded`).
     """
 
-    def __init__(self, model: nn.Module, num_objectives: int, dtype: Optional[torch.dtype] = None):
+    def __init__(
+        self, model: nn.Module, num_objectives: int, dtype: Optional[torch.dtype] = None, pad_multiple: int = 1
+    ):
         self.num_objectives = num_objectives
         self.names: dict[nn.Parameter, str] = {}
         self.modules: list[nn.Module] = []
@@ -75,14 +79,18 @@ class PerObjectiveGradients:
         self.embeddings = [p for p in params if self._is_row_sparse(p)]
         dtype = dtype or (torch.float64 if params and params[0].dtype == torch.float64 else torch.float32)
         sizes = [p.numel() for p in params]
-        self.flat = torch.zeros(num_objectives, sum(sizes), dtype=dtype, device=params[0].device if params else None)
+        self.width = sum(sizes)  # P; the columns past it (padding) stay zero
+        padded = -(-self.width // pad_multiple) * pad_multiple
+        self.flat = torch.zeros(num_objectives, padded, dtype=dtype, device=params[0].device if params else None)
         self.dense_start = sum(p.numel() for p in self.embeddings)
         # keyed by tensor: torch types a module's ``weight`` as a Tensor (each key is a Parameter)
         self.views: dict[torch.Tensor, torch.Tensor] = {}
+        self.spans: dict[torch.Tensor, tuple[int, int]] = {}  # the columns [start, stop) of each parameter
         self.index: dict[torch.Tensor, int] = {p: i for i, p in enumerate(params)}
         offset = 0
         for p, size in zip(params, sizes):
             self.views[p] = self.flat[:, offset : offset + size].view(num_objectives, *p.shape)
+            self.spans[p] = (offset, offset + size)
             offset += size
         # Rows of each row-sparse weight that this step touched: only they are non-zero in its buffers.
         self.row_mask: dict[torch.Tensor, torch.Tensor] = {
@@ -267,41 +275,34 @@ class PerObjectiveGradients:
         blocks: list[tuple[torch.Tensor, Optional[torch.Tensor]]] = []
         for p in self.embeddings:
             if p in params:
-                rows = self._gram_rows(p, only_rows)
+                rows = self.gram_rows(p, only_rows)
                 blocks.append((self.views[p][:, rows], None if metric is None else metric[p][rows]))
         if dense and params.issuperset(dense):
             sqrt_p = None if metric is None else torch.cat([metric[p].reshape(-1) for p in dense])
-            blocks.append((self.flat[:, self.dense_start :], sqrt_p))
+            blocks.append((self.flat[:, self.dense_start : self.width], sqrt_p))
         else:
             blocks += [(self.views[p], None if metric is None else metric[p]) for p in dense if p in params]
-        gram = torch.zeros(self.num_objectives, self.num_objectives, dtype=torch.float64)
-        for block, diagonal in blocks:
-            block = block.reshape(self.num_objectives, -1)
-            if diagonal is None:
-                gram += (block @ block.t()).double().cpu()
-                continue
-            root = diagonal.reshape(-1).to(block.dtype).to(block.device).sqrt()
-            for start in range(0, block.shape[1], METRIC_CHUNK):
-                scaled = block[:, start : start + METRIC_CHUNK] * root[start : start + METRIC_CHUNK]
-                gram += (scaled @ scaled.t()).double().cpu()
-        return gram
+        return gram_of_blocks(blocks, self.num_objectives)
 
-    def _gram_rows(self, param: nn.Parameter, only_rows: Optional[dict[nn.Parameter, torch.Tensor]]) -> torch.Tensor:
+    def gram_rows(self, param: torch.Tensor, only_rows: Optional[dict[nn.Parameter, torch.Tensor]]) -> torch.Tensor:
+        """The rows of a row-sparse weight that a Gram reads: touched this step, and within ``only_rows``."""
         rows = self.touched_rows(param)
-        if only_rows is not None and param in only_rows:
-            rows = rows[torch.isin(rows, only_rows[param].to(rows.device))]
+        keep = None if only_rows is None else only_rows.get(cast(nn.Parameter, param))
+        if keep is not None:
+            rows = rows[torch.isin(rows, keep.to(rows.device))]
         return rows
 
     def combine(self, weights: torch.Tensor) -> dict[torch.Tensor, torch.Tensor]:
-        """Σ_t w_t g_t for every parameter (weights may fold in a per-objective scale such as 1/count_t)."""
-        w = weights.to(self.flat.dtype).to(self.flat.device)
-        dense = w @ self.flat[:, self.dense_start :]
+        """Σ_t w_t g_t for every parameter (weights may fold in a per-objective scale such as 1/count_t); in
+        float32 from bfloat16 buffers."""
+        dense = weighted_sum(weights, self.flat[:, self.dense_start : self.width])
         out, offset = {}, 0
         for p in self.views:
             if p in self.row_mask:
                 rows = self.touched_rows(p)
-                out[p] = torch.zeros(p.shape, dtype=self.flat.dtype, device=self.flat.device)
-                out[p][rows] = torch.einsum("t,t...->...", w, self.views[p][:, rows])
+                out[p] = torch.zeros(p.shape, dtype=dense.dtype, device=self.flat.device)
+                block = self.views[p][:, rows].reshape(self.num_objectives, -1)
+                out[p][rows] = weighted_sum(weights, block).view(len(rows), *p.shape[1:])
             else:
                 out[p] = dense[offset : offset + p.numel()].view_as(p)
                 offset += p.numel()
@@ -315,12 +316,68 @@ class PerObjectiveGradients:
         for p, view in self.views.items():
             if p not in vectors:
                 continue
-            v = vectors[p].to(self.flat.dtype).to(self.flat.device)
+            v = vectors[p].to(self.flat.device)
             if p in self.row_mask:
                 rows = self.touched_rows(p)
                 view, v = view[:, rows], v[rows]
-            out += (view.reshape(self.num_objectives, -1) @ v.reshape(-1)).double().cpu()
+            out += matvec(view.reshape(self.num_objectives, -1), v.reshape(-1))
         return out
+
+
+def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Sums over buffer columns run in float32 at least: bfloat16 buffers halve the memory, not the Gram's
+    precision beyond their own rounding."""
+    return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
+
+
+def _chunks(block: torch.Tensor) -> Iterator[tuple[slice, torch.Tensor]]:
+    """Column chunks of ``block`` in its accumulation dtype (a float32 copy of one chunk at a time)."""
+    dtype = accumulation_dtype(block.dtype)
+    for start in range(0, block.shape[1], METRIC_CHUNK):
+        columns = slice(start, start + METRIC_CHUNK)
+        yield columns, block[:, columns].to(dtype)
+
+
+def gram_of_blocks(blocks: list[tuple[torch.Tensor, Optional[torch.Tensor]]], num_objectives: int) -> torch.Tensor:
+    """Σ over blocks of B Bᵀ (or (√p ⊙ B)(√p ⊙ B)ᵀ for a block given with its diagonal metric p): each product
+    in the buffers' dtype (float32 from bfloat16), the sum in float64. The one place a Gram is accumulated,
+    sharded or not."""
+    gram = torch.zeros(num_objectives, num_objectives, dtype=torch.float64)
+    for block, diagonal in blocks:
+        block = block.reshape(num_objectives, -1)
+        dtype = accumulation_dtype(block.dtype)
+        if diagonal is None and dtype == block.dtype:
+            gram += (block @ block.t()).double().cpu()
+            continue
+        root = None if diagonal is None else diagonal.reshape(-1).to(dtype).to(block.device).sqrt()
+        for columns, chunk in _chunks(block):
+            scaled = chunk if root is None else chunk * root[columns]
+            gram += (scaled @ scaled.t()).double().cpu()
+    return gram
+
+
+def weighted_sum(weights: torch.Tensor, block: torch.Tensor) -> torch.Tensor:
+    """Σ_t w_t block[t], a vector in the buffers' accumulation dtype."""
+    dtype = accumulation_dtype(block.dtype)
+    w = weights.to(dtype).to(block.device)
+    if dtype == block.dtype:
+        return w @ block
+    out = torch.empty(block.shape[1], dtype=dtype, device=block.device)
+    for columns, chunk in _chunks(block):
+        out[columns] = w @ chunk
+    return out
+
+
+def matvec(block: torch.Tensor, vector: torch.Tensor) -> torch.Tensor:
+    """block @ vector in float64, each chunk's product in the buffers' accumulation dtype."""
+    dtype = accumulation_dtype(block.dtype)
+    vector = vector.to(dtype).to(block.device)
+    if dtype == block.dtype:
+        return (block @ vector).double().cpu()
+    out = torch.zeros(block.shape[0], dtype=torch.float64)
+    for columns, chunk in _chunks(block):
+        out += (chunk @ vector[columns]).double().cpu()
+    return out
 
 
 def _select(rows: Union[slice, torch.Tensor], keep: torch.Tensor) -> torch.Tensor:

@@ -228,6 +228,7 @@ class Run:
             shared_rows,
             metric=metric,
             descent_check=cfg.descent_check,
+            buffer_dtype=torch.bfloat16 if cfg.gradient_buffers == "bfloat16" else None,
         )
 
     def _sampler(self) -> MultiObjectiveSampler:

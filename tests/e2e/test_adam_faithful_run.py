@@ -94,6 +94,7 @@ def test_two_processes_under_zero2_read_the_same_metric(runs, tmp_path):
     assert result.returncode == 0, result.stderr[-5000:]
     one, two = weighting_events(runs["zero2"]), weighting_events(out)
     assert [e["metric_preconditioned"] for e in two] == [0.0] + [1.0] * (STEPS - 1)
+    assert all(e["gram_shards"] == 2 for e in two)  # the Gram in the metric and g_tᵀΔθ formed on shards
     # Measured on this machine (transformers 5.24, deepspeed 0.19.8): step 1 agrees to 2e-7; step 2, the first in
     # AdamW's metric, differs by 4.1e-3 relative and later steps by 1e-4 to 1.7e-3. After one step v̂ = g_1², so
     # P = 1/(√v̂ + ε) reaches 1/ε on coordinates where g_1 ≈ 0 and multiplies the 1-vs-2-process round-off of the
