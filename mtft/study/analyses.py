@@ -21,7 +21,10 @@ from mtft.study.aggregate import StudyResults
 from mtft.study.plots import slug
 
 #: name -> ``module:Class``, imported when a study asks for it
-REGISTRY = {"overtraining": "mtft.study.overtraining:OvertrainingAnalysis"}
+REGISTRY = {
+    "overtraining": "mtft.study.overtraining:OvertrainingAnalysis",
+    "spread": "mtft.study.spread:SpreadAnalysis",
+}
 
 
 class AnalysisOptions(BaseModel):

@@ -34,7 +34,7 @@ def test_a_registered_name_builds_its_analysis_with_options():
 @pytest.mark.parametrize(
     "requested, message",
     [
-        ({"nope": {}}, "unknown analysis 'nope'; known: overtraining"),
+        ({"nope": {}}, "unknown analysis 'nope'; known: overtraining, spread"),
         ({"overtraining": {"budget": 1}}, "analysis 'overtraining': option 'budget'"),
         ({"overtraining": {"tolerance": -1}}, "option 'tolerance'"),
         ({"overtraining": {}}, "budget_axis 'pretrain.tokens' is not an axis of the study (axes: lr)"),
