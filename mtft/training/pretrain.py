@@ -320,6 +320,8 @@ def _pretrain_into(config: RunConfig, languages: list[str], folder: Path, proc: 
             + ", ".join(f"{k} {v:.4f}" for k, v in lp.items())
         )
 
+    pre.train(tokens, [tokens], save, log=None)
+
 
 # ------------------------------------------------------------------------------------------------------
 class PretrainRun:
