@@ -30,6 +30,7 @@ def test_the_ratio_of_sample_stds_and_the_brown_forsythe_p_value():
         ([0.5], [0.6, 0.7], {"std", "std_baseline", "ratio", "p_value"}),  # one seed: no std
         ([0.5, 0.7], [0.6, 0.6], {"ratio", "p_value"}),  # a baseline without spread: no ratio; deviations constant
         ([0.5, 0.7, 0.8], [0.6, 0.6, 0.6], {"ratio"}),  # ... p defined once the deviations vary
+        ([0.5, 0.7, 0.8], [49 / 60] * 3, {"ratio"}),  # equal values whose float std is 1e-16, not a spread
         ([0.6, 0.6], [0.6, 0.6], {"ratio", "p_value"}),  # no spread anywhere: nothing to test
     ],
 )
