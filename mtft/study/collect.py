@@ -66,15 +66,7 @@ def forgetting_summaries(path: Path) -> dict[str, float]:
     (``F_p_final/xnli/en``)."""
     f_p: dict[str, list[float]] = {}
     last: dict[str, float] = {}
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return {}
-    for line in lines:
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue  # a torn last line of a killed run
+    for row in log_rows(path):
         if row.get("kind") not in ("forgetting", "displacement"):
             continue
         for key, value in row.items():
@@ -97,13 +89,14 @@ def descent_summary(path: Path) -> dict[str, float]:
     every objective's loss to first order (``weighting.descent_check``); nothing when the run did not check."""
     flags = [
         float(row["common_descent"])
-        for row in _rows(path)
+        for row in log_rows(path)
         if row.get("kind") == "weighting" and "common_descent" in row
     ]
     return {"common_descent": sum(flags) / len(flags)} if flags else {}
 
 
-def _rows(path: Path) -> list[dict[str, Any]]:
+def log_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a run's ``metrics.jsonl``; none when it cannot be read, a torn last line skipped."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError:

@@ -15,7 +15,6 @@ Study-file options (``analyses: {overtraining: {...}}``): ``budget_axis`` (defau
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any, Optional
@@ -27,6 +26,7 @@ from pydantic import Field
 from mtft.core.atomic import write_json
 from mtft.study.aggregate import StudyResults
 from mtft.study.analyses import AnalysisOptions, StudyAnalysis
+from mtft.study.collect import log_rows
 from mtft.study.inflection import Inflection, describe, find_inflections
 
 matplotlib.use("Agg")
@@ -84,19 +84,9 @@ class OvertrainingAnalysis(StudyAnalysis):
 # ------------------------------------------------------------------------------------------------------
 def run_measures(path: Path) -> dict[str, float]:
     """The analysis's numbers of one run from its ``metrics.jsonl`` (nothing for what the run did not log)."""
-    rows = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return {}
-    for line in lines:
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            continue  # a torn last line of a killed run
     out: dict[str, float] = {}
     last: dict[str, dict[str, Any]] = {}
-    for row in rows:
+    for row in log_rows(path):
         kind = row.get("kind")
         if kind == "probe":
             model = {"pre-trained": "dlp_pretrained", "fine-tuned": "dlp_finetuned"}.get(row.get("model"))
