@@ -14,9 +14,12 @@ The engine is a minimal data-parallel one standing in for DeepSpeed ZeRO-0 (back
 gradient, AdamW), so that every collective goes through torch.distributed, where this script counts it. Bytes
 communicated are those a rank sends in the bandwidth-optimal (ring) algorithm: 2(N−1)/N · n for an all-reduce of
 n bytes, (N−1)/N · n for a reduce-scatter of n bytes in or an all-gather of n bytes out (zero on one process).
-Buffer memory is what the step allocates for per-objective gradients (their accumulation buffer, the sharded
-path's landing row), counted from the tensors. The sharded and unsharded steps' Grams and updated weights are
-compared. The same formulas then give the table for XLM-R large at N = 8, checked against every measured point.
+Buffer memory is what the step allocates for per-objective gradients, counted from the tensors: the unsharded
+path's T × P accumulation buffer; the sharded path's T × P/N shard, the most layer staging buffers in flight at once
+during the backward pass, and the row-sparse weights' T × rows buffers (the word embeddings are frozen, as XLM-R's
+dense-parameter count leaves them out: see freeze_word_embeddings). Each path's Gram is compared with the Gram of
+the reduced gradients formed in float64 throughout, and the two paths' updated weights with each other. The same
+formulas then give the table for XLM-R large at N = 8, checked against every measured point.
 
 --precision instead compares, on one process and the same batch, the Gram, the LF-MLF weights and the combined
 gradient from bfloat16 buffers (weighting.gradient_buffers: bfloat16; float32 accumulation) with float32 ones.
@@ -122,20 +125,41 @@ def _nbytes(tensor: torch.Tensor) -> int:
     return tensor.numel() * tensor.element_size()
 
 
-def predicted(kind: str, P: int, T: int, N: int, rows: int) -> dict[str, float]:
-    """The same quantities from the formulas: P trainable parameters (float32), T objectives (all present), N
-    ranks, ``rows`` rows of row-sparse weights (their touched-row masks are all-reduced as float32)."""
+def dense_layers(model: torch.nn.Module) -> list[int]:
+    """The trainable dense parameters of each Linear / LayerNorm layer: the units the sharded path reduces."""
+    return [
+        n
+        for m in model.modules()
+        if isinstance(m, (torch.nn.Linear, torch.nn.LayerNorm))
+        and (n := sum(p.numel() for p in m.parameters(recurse=False) if p.requires_grad))
+    ]
+
+
+def predicted(kind: str, layers: list[int], T: int, N: int, sparse: dict[str, int]) -> dict[str, float]:
+    """The same quantities from the formulas: dense layers of the given sizes and row-sparse weights of
+    ``sparse["params"]`` parameters in ``sparse["rows"]`` rows of which ``sparse["touched"]`` (their row-sparse
+    elements) are touched by the step (float32 buffers), T objectives (all present), N ranks, one micro-batch."""
     share = (N - 1) / N
+    D, S = sum(layers), sparse["params"]
+    P = D + S
     step = 2 * share * P * FLOAT32  # the engine's gradient all-reduce
     losses = 2 * 2 * share * T * FLOAT64  # the sums and counts, all-reduced in float64
     if kind == "plain":
         return {"bytes": step + losses, "buffer": 0.0}
-    width = -(-P // N) * N  # padded to equal shards
-    masks = 2 * share * rows * FLOAT32 if N > 1 else 0.0
+    masks = 2 * share * sparse["rows"] * FLOAT32 if N > 1 else 0.0  # the touched-row masks made their union
     if kind == "unsharded" or N == 1:  # one process shards nothing
-        return {"bytes": step + losses + masks + 2 * share * T * width * FLOAT32, "buffer": T * width * FLOAT32}
-    sharded = T * share * width * FLOAT32 + 2 * share * T * T * FLOAT64 + share * width * FLOAT32
-    return {"bytes": step + losses + masks + sharded, "buffer": (T * width + width // N) * FLOAT32}
+        return {"bytes": step + losses + masks + 2 * share * T * P * FLOAT32, "buffer": T * P * FLOAT32}
+    parts = [-(-n // N) for n in layers]  # each layer split in N equal parts (padded)
+    agree = 2 * share * (T + len(layers)) * FLOAT64  # the objectives present and the layers that will fire
+    scatter = share * T * N * sum(parts) * FLOAT32  # each layer's T rows reduce-scattered
+    sparse_reduce = 2 * share * T * sparse["touched"] * FLOAT32  # the touched rows of the row-sparse weights
+    gram = 2 * share * T * T * FLOAT64
+    gather = share * N * sum(parts) * FLOAT32
+    shard, staging = T * sum(parts) * FLOAT32, T * N * max(parts) * FLOAT32  # one layer's staging in flight
+    return {
+        "bytes": step + losses + masks + agree + scatter + sparse_reduce + gram + gather,
+        "buffer": shard + staging + T * S * FLOAT32,
+    }
 
 
 def run_point(rank: int, world_size: int, port: int, args, results) -> None:
@@ -148,6 +172,7 @@ def run_point(rank: int, world_size: int, port: int, args, results) -> None:
     grams, weights = {}, {}
     for kind in ("plain", "unsharded", "sharded"):
         model = build(args.objectives, 768, args.layers)
+        freeze_word_embeddings(model)
         engine = DataParallelEngine(model, world_size)
         if kind == "plain":
             step = LossWeightedStep(engine, MeanWeighting(), args.objectives, world_size)
@@ -162,21 +187,37 @@ def run_point(rank: int, world_size: int, port: int, args, results) -> None:
             )
         with Traffic(world_size) as traffic:
             step([dict(mine)])
-        buffer = 0
+        buffer, touched = 0, 0
         if kind != "plain":
-            buffer = _nbytes(step.collector.flat)
+            collector = step.collector
+            buffer = _nbytes(collector.flat)  # whole (T × P) unsharded; the row-sparse weights' only when sharded
+            touched = sum(len(collector.touched_rows(p)) * p[0].numel() for p in collector.embeddings)
             if step.sharded is not None:
-                buffer += _nbytes(step.sharded._landing)
+                buffer += _nbytes(step.sharded.shard) + step.sharded.peak_staging_bytes
                 grams[kind] = step.sharded.gram(engine.params)
             else:
                 grams[kind] = step.collector.gram(engine.params)
+                # the reduced gradients' Gram in float64 throughout, to tell each path's float32 round-off
+                flat = collector.flat.double()
+                grams["float64"] = flat @ flat.t()
             weights[kind] = torch.cat([p.detach().reshape(-1) for p in engine.params])
-            step.collector.detach()
-        rows = sum(m.weight.shape[0] for m in model.modules() if isinstance(m, torch.nn.Embedding))
+            collector.detach()
+        embeddings = [m.weight for m in model.modules() if isinstance(m, torch.nn.Embedding) and m.weight.requires_grad]
+        sparse = {"params": sum(w.numel() for w in embeddings), "rows": sum(w.shape[0] for w in embeddings)}
         P = sum(p.numel() for p in engine.params)
-        out[kind] = {"bytes": traffic.bytes, "calls": traffic.calls, "buffer": buffer, "P": P, "rows": rows}
+        out[kind] = {
+            "bytes": traffic.bytes,
+            "calls": traffic.calls,
+            "buffer": buffer,
+            "P": P,
+            "layers": dense_layers(model),
+            "sparse": {**sparse, "touched": touched},
+        }
         del step, engine, model
-    gram_error = ((grams["sharded"] - grams["unsharded"]).abs().max() / grams["unsharded"].abs().max()).item()
+    exact = grams["float64"]
+    gram_error = {
+        kind: ((grams[kind] - exact).abs().max() / exact.abs().max()).item() for kind in ("unsharded", "sharded")
+    }
     weight_error = (weights["sharded"] - weights["unsharded"]).abs().max().item()
     if rank == 0:
         results.put({"points": out, "gram_rel_error": gram_error, "weight_abs_error": weight_error})
@@ -192,15 +233,25 @@ def measure(args, world_size: int) -> dict:
     return results.get()
 
 
-def large_dense_parameters() -> int:
-    """XLM-R large's encoder parameters without its word embeddings (frozen, as the issue counts them),
-    built on the meta device: no memory, no download."""
+def freeze_word_embeddings(model: torch.nn.Module) -> None:
+    """The word embeddings stay frozen here, as the dense-parameter count of XLM-R (≈ 86 M base, ≈ 300 M large)
+    leaves them out: their per-objective buffer is T × vocabulary × hidden on every rank, sharded or not (only
+    the rows a step touches are read, cleared and reduced)."""
+    for name, p in model.named_parameters():
+        if "word_embeddings" in name:
+            p.requires_grad_(False)
+
+
+def large_dense_layers() -> list[int]:
+    """XLM-R large's encoder layers without its word embeddings (frozen), built on the meta device: no memory,
+    no download."""
     config = XLMRobertaConfig(
         vocab_size=250002, hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096
     )
     with torch.device("meta"):
         encoder = AutoModel.from_config(config, add_pooling_layer=False)
-    return sum(p.numel() for n, p in encoder.named_parameters() if "word_embeddings" not in n)
+    freeze_word_embeddings(encoder)
+    return dense_layers(encoder)
 
 
 def precision(args) -> None:
@@ -267,17 +318,18 @@ def main() -> None:
     print(
         "| T | N | P | buffer MiB/rank unsharded | sharded | sharded ÷ unsharded | LF-MLF buffer ÷ plain gradient "
         "| MiB sent/rank plain | unsharded | sharded | sharded ÷ unsharded | LF-MLF (sharded) ÷ plain "
-        "| Gram rel. diff | weights abs. diff | formulas' worst rel. error |"
+        "| Gram rel. error unsharded | sharded | weights abs. diff | formulas' worst rel. error |"
     )
-    print("|" + "---:|" * 15)
+    print("|" + "---:|" * 16)
     for t in args.objectives:
         for n in args.ranks:
             point = argparse.Namespace(**{**vars(args), "objectives": t})
             got = measure(point, n)
             pts = got["points"]
-            P, rows = pts["plain"]["P"], pts["plain"]["rows"]
+            P = pts["plain"]["P"]
             worst = max(
-                abs(predicted(kind, P, t, n, rows)[key] - pts[kind][key]) / max(pts[kind][key], 1.0)
+                abs(predicted(kind, pts[kind]["layers"], t, n, pts[kind]["sparse"])[key] - pts[kind][key])
+                / max(pts[kind][key], 1.0)
                 for kind in pts
                 for key in ("bytes", "buffer")
             )
@@ -289,20 +341,24 @@ def main() -> None:
                 f"| {pts['sharded']['buffer'] / (P * FLOAT32):.2f} | {pts['plain']['bytes'] / mib:.1f} | "
                 f"{pts['unsharded']['bytes'] / mib:.1f} | {pts['sharded']['bytes'] / mib:.1f} | "
                 f"{_ratio(pts['sharded']['bytes'], pts['unsharded']['bytes'])} | "
-                f"{_ratio(pts['sharded']['bytes'], pts['plain']['bytes'])} | {got['gram_rel_error']:.1e} | "
+                f"{_ratio(pts['sharded']['bytes'], pts['plain']['bytes'])} | "
+                f"{got['gram_rel_error']['unsharded']:.1e} | {got['gram_rel_error']['sharded']:.1e} | "
                 f"{got['weight_abs_error']:.1e} | {worst:.1e} |",
                 flush=True,
             )
-    P = large_dense_parameters()
-    gib = 2**30
-    print(f"\nXLM-R large at N = 8 from the same formulas: P = {P / 1e6:.0f} M dense (word embeddings frozen)\n")
+    layers = large_dense_layers()
+    gib, none = 2**30, {"params": 0, "rows": 0, "touched": 0}
+    print(
+        f"\nXLM-R large at N = 8 from the same formulas: P = {sum(layers) / 1e6:.0f} M dense (word embeddings frozen; "
+        "the position embeddings' few touched rows left out)\n"
+    )
     print(
         "| T | buffer GiB/rank unsharded | sharded | GiB sent/rank plain | unsharded | sharded | "
         "sharded ÷ unsharded | LF-MLF (sharded) ÷ plain |"
     )
     print("|" + "---:|" * 8)
     for t in args.objectives:
-        plain, unsharded, sharded = (predicted(kind, P, t, 8, 0) for kind in ("plain", "unsharded", "sharded"))
+        plain, unsharded, sharded = (predicted(kind, layers, t, 8, none) for kind in ("plain", "unsharded", "sharded"))
         print(
             f"| {t} | {unsharded['buffer'] / gib:.1f} | {sharded['buffer'] / gib:.1f} | {plain['bytes'] / gib:.2f} "
             f"| {unsharded['bytes'] / gib:.1f} | {sharded['bytes'] / gib:.1f} | "

@@ -23,7 +23,7 @@ gradient per *example*; summing per objective inside the hook is what makes this
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Optional, Sequence, Union, cast
+from typing import Any, Iterator, Optional, Protocol, Sequence, Union, cast
 
 import torch
 from torch import nn
@@ -44,16 +44,32 @@ METRIC_CHUNK = 1 << 20
 Segments = Sequence[tuple[int, Union[slice, torch.Tensor]]]
 
 
+class GradientSink(Protocol):
+    """Where the dense parameters' per-objective gradients go instead of the flat buffer (the sharded path,
+    :mod:`mtft.gradients.sharded`, which reduces each layer's as soon as the backward pass has written it)."""
+
+    def target(self, param: torch.Tensor, t: int) -> torch.Tensor: ...
+
+    def forwarded(self, module: nn.Module, output: torch.Tensor) -> None: ...
+
+    def accumulated(self, module: nn.Module) -> None: ...
+
+
 class PerObjectiveGradients:
     """Accumulates ∂(Σ_{n∈t} loss_n)/∂θ for every objective t and trainable parameter θ of ``model``.
 
-    Buffers live in one flat (T, P) tensor, so that data-parallel ranks reduce them in one call per objective;
-    ``pad_multiple``: pad its width with zero columns to a multiple of this (the number of ranks, so that each
-    objective's row splits into equal shards: see :mod:`mtft.gradients.sharded`).
+    Buffers live in one flat (T, P) tensor, so that data-parallel ranks reduce them in one call.
+    ``dense_in_buffer=False``: the flat buffer holds the row-sparse weights only, and the dense parameters'
+    gradients are written where ``sink`` says (set before the first backward pass; see
+    :mod:`mtft.gradients.sharded`, which reduces each layer's as soon as the backward pass has written it).
     """
 
     def __init__(
-        self, model: nn.Module, num_objectives: int, dtype: Optional[torch.dtype] = None, pad_multiple: int = 1
+        self,
+        model: nn.Module,
+        num_objectives: int,
+        dtype: Optional[torch.dtype] = None,
+        dense_in_buffer: bool = True,
     ):
         self.num_objectives = num_objectives
         self.names: dict[nn.Parameter, str] = {}
@@ -77,11 +93,15 @@ class PerObjectiveGradients:
         # Row-sparse weights first, so that the dense rest is one contiguous block.
         params = sorted(self.names, key=lambda p: not self._is_row_sparse(p))
         self.embeddings = [p for p in params if self._is_row_sparse(p)]
-        dtype = dtype or (torch.float64 if params and params[0].dtype == torch.float64 else torch.float32)
+        self.dtype = dtype or (torch.float64 if params and params[0].dtype == torch.float64 else torch.float32)
+        dtype = self.dtype
+        self.sink: Optional[GradientSink] = None
+        if not dense_in_buffer:
+            params = self.embeddings
         sizes = [p.numel() for p in params]
-        self.width = sum(sizes)  # P; the columns past it (padding) stay zero
-        padded = -(-self.width // pad_multiple) * pad_multiple
-        self.flat = torch.zeros(num_objectives, padded, dtype=dtype, device=params[0].device if params else None)
+        self.width = sum(sizes)  # P
+        device = next(iter(self.names)).device if self.names else None
+        self.flat = torch.zeros(num_objectives, self.width, dtype=dtype, device=device)
         self.dense_start = sum(p.numel() for p in self.embeddings)
         # keyed by tensor: torch types a module's ``weight`` as a Tensor (each key is a Parameter)
         self.views: dict[torch.Tensor, torch.Tensor] = {}
@@ -165,11 +185,18 @@ class PerObjectiveGradients:
         if isinstance(module, RoutedLoraB):  # the slot of every row, besides A·x
             saved = (saved, inputs[1].detach())
         output.register_hook(lambda grad: self._accumulate(module, saved, segments, grad))
+        if self.sink is not None:
+            self.sink.forwarded(module, output)
         return output
 
     @torch.no_grad()
     def _accumulate(self, module: nn.Module, x: Any, segments: Segments, grad: torch.Tensor) -> None:
         """``x``: the layer's saved input, or (A·x, slots) for a :class:`RoutedLoraB`."""
+        self._products(module, x, segments, grad)
+        if self.sink is not None:
+            self.sink.accumulated(module)
+
+    def _products(self, module: nn.Module, x: Any, segments: Segments, grad: torch.Tensor) -> None:
         if isinstance(module, nn.Linear):
             self._linear(module, x, segments, grad)
         elif isinstance(module, MultiLinear):
@@ -184,9 +211,9 @@ class PerObjectiveGradients:
     def _linear(self, module: nn.Linear, x: torch.Tensor, segments: Segments, grad: torch.Tensor) -> None:
         for t, rows in segments:
             g = grad[rows].reshape(-1, grad.shape[-1])
-            if module.weight in self.views:
+            if module.weight in self.names:
                 self._write_product(module.weight, t, g.t(), x[rows].reshape(-1, x.shape[-1]))
-            if module.bias is not None and module.bias in self.views:
+            if module.bias is not None and module.bias in self.names:
                 self._write(module.bias, t, g.sum(0))
 
     def _multi_linear(self, module: MultiLinear, x: torch.Tensor, segments: Segments, grad: torch.Tensor) -> None:
@@ -198,9 +225,9 @@ class PerObjectiveGradients:
         for t, rows in segments:
             g = grad[:, rows].reshape(heads, -1, grad.shape[-1])
             xs = x[rows].reshape(-1, x.shape[-1])
-            if module.weight in self.views:
+            if module.weight in self.names:
                 self._write(module.weight, t, torch.einsum("hro,ri->hoi", g, xs))
-            if module.bias in self.views:
+            if module.bias in self.names:
                 self._write(module.bias, t, g.sum(1))
 
     def _embedding(self, module: nn.Embedding, ids: torch.Tensor, segments: Segments, grad: torch.Tensor) -> None:
@@ -225,18 +252,20 @@ class PerObjectiveGradients:
                 self.views[module.weight][t, j].addmm_(g.t().to(self.flat.dtype), a_x.to(self.flat.dtype))
 
     def _layer_norm(self, module: nn.LayerNorm, x: torch.Tensor, segments: Segments, grad: torch.Tensor) -> None:
-        has_weight = module.weight is not None and module.weight in self.views
+        has_weight = module.weight is not None and module.weight in self.names
         normalised = nn.functional.layer_norm(x, module.normalized_shape, eps=module.eps) if has_weight else None
         width = int(torch.tensor(module.normalized_shape).prod())
         for t, rows in segments:
             g = grad[rows].reshape(-1, width)
             if has_weight:  # then normalised is a tensor
                 self._write(module.weight, t, (g * normalised[rows].reshape(-1, width)).sum(0))  # type: ignore[index]
-            if module.bias is not None and module.bias in self.views:
+            if module.bias is not None and module.bias in self.names:
                 self._write(module.bias, t, g.sum(0))
 
     def _target(self, param: torch.Tensor, t: int) -> tuple[torch.Tensor, bool]:
         """Objective t's buffer of ``param``, and whether this is the step's first write to it (overwrite)."""
+        if param not in self.views:  # a dense parameter whose gradients go to the sink (zeroed there: add)
+            return cast(GradientSink, self.sink).target(param, t), False
         key = (self.index[param], t)
         first = key not in self._touched
         self._touched.add(key)

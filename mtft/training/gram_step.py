@@ -5,10 +5,11 @@
    :class:`~mtft.gradients.PerObjectiveGradients` accumulates every objective's gradient.
 2. Reduce the per-objective gradients and all-reduce the counts; divide by the global counts: g_t = ∇L_t exactly,
    for the whole optimizer step (all micro-batches, all ranks). On several ranks the gradients are sharded
-   (:class:`~mtft.gradients.ShardedGradients`): each objective's is reduce-scattered, each rank forms the partial
-   Gram on its shard, the T × T partials are all-reduced, and the combination of step 4 is formed on the shards
-   and all-gathered -- the same Gram and gradient, identical on every rank, for T reduce-scatters + T² + P floats
-   of traffic instead of an all-reduce of T × P.
+   (:class:`~mtft.gradients.ShardedGradients`): during the backward pass each layer's per-objective gradients
+   are reduce-scattered as soon as they are written, so a rank holds 1/N of every g_t and never all T × P; each
+   rank forms the partial Gram on its shard, the T × T partials are all-reduced, and the combination of step 4
+   is formed on the shards and all-gathered -- the same Gram and gradient, identical on every rank, for T × P
+   floats reduce-scattered + T² + P of traffic instead of an all-reduce of T × P.
 3. Gram of the shared parameters → weights w (objectives absent from the step are dropped).
 4. Write the update: one backward pass of the surrogate Σ_θ ⟨θ, Σ_t w_t g_t^θ⟩, whose gradient is exactly the
    gradient of Σ_t w_t L_t. It goes through ``engine.backward`` so DeepSpeed's ZeRO 0–2 gradient hooks,
@@ -68,14 +69,11 @@ class GramWeightedStep:
         self.num_objectives = num_objectives
         self.world_size = world_size
         self.module = engine.module
+        sharding = world_size > 1 and shard_gradients
         self.collector = PerObjectiveGradients(
-            self.module, num_objectives, dtype=buffer_dtype, pad_multiple=world_size
+            self.module, num_objectives, dtype=buffer_dtype, dense_in_buffer=not sharding
         ).attach()
-        self.sharded = (
-            ShardedGradients(self.collector, torch.distributed.get_rank(), world_size)
-            if world_size > 1 and shard_gradients
-            else None
-        )
+        self.sharded = ShardedGradients(self.collector, torch.distributed.get_rank(), world_size) if sharding else None
         self.shared = shared
         self.shared_rows = shared_rows
         self.cosine_every = cosine_every
@@ -86,6 +84,8 @@ class GramWeightedStep:
     def __call__(self, micro_batches) -> StepResult:
         start = time.perf_counter()
         self.collector.zero()
+        if self.sharded is not None:
+            self.sharded.zero()
         sums = torch.zeros(self.num_objectives, dtype=torch.float64)
         counts = torch.zeros(self.num_objectives, dtype=torch.float64)
         examples = 0
@@ -95,7 +95,10 @@ class GramWeightedStep:
             batch = {k: v[order].to(self.engine.device) for k, v in batch.items()}
             with self.collector.capturing():
                 batch_sums, batch_counts = torch.func.functional_call(self.module, detached, args=(), kwargs=batch)
-            batch_sums.sum().backward()
+            if self.sharded is not None:  # each layer's gradients reduce-scattered as the pass completes it
+                self.sharded.backward(batch_sums.sum(), batch_counts)
+            else:
+                batch_sums.sum().backward()
             sums += batch_sums.detach().double().cpu()
             counts += batch_counts.detach().double().cpu()
             examples += batch["input_ids"].shape[0] * self.world_size
@@ -106,7 +109,7 @@ class GramWeightedStep:
         present = counts > 0
         gradients: PerObjectiveGradients | ShardedGradients = self.collector
         if self.sharded is not None:
-            self.sharded.reduce(present)
+            self.sharded.reduce_row_sparse()
             gradients = self.sharded
         elif self.world_size > 1:
             torch.distributed.all_reduce(self.collector.flat)
@@ -145,7 +148,7 @@ class GramWeightedStep:
         weights[present] = torch.as_tensor(w)
         combined = gradients.combine(weights * scale)
         surrogate = sum((p * combined[p].to(p.dtype)).sum() for p in combined)
-        before = {p: p.detach().clone() for p in self.collector.views} if self.descent_check else None
+        before = {p: p.detach().clone() for p in self.collector.names} if self.descent_check else None
         self.engine.backward(surrogate)
         self.engine.step()
         self.steps += 1
