@@ -16,7 +16,8 @@ communicated are those a rank sends in the bandwidth-optimal (ring) algorithm: 2
 n bytes, (N−1)/N · n for a reduce-scatter of n bytes in or an all-gather of n bytes out (zero on one process).
 Buffer memory is what the step allocates for per-objective gradients, counted from the tensors: the unsharded
 path's T × P accumulation buffer; the sharded path's T × P/N shard, the most layer staging buffers in flight at once
-during the backward pass, and the row-sparse weights' T × rows buffers (the word embeddings are frozen, as XLM-R's
+during the backward pass; and in both the row-sparse weights' buffers of the touched rows
+(mtft/gradients/row_sparse.py; the word embeddings are frozen, as XLM-R's
 dense-parameter count leaves them out: see freeze_word_embeddings). Each path's Gram is compared with the Gram of
 the reduced gradients formed in float64 throughout, and the two paths' updated weights with each other. The same
 formulas then give the table for XLM-R large at N = 8, checked against every measured point.
@@ -137,8 +138,9 @@ def dense_layers(model: torch.nn.Module) -> list[int]:
 
 def predicted(kind: str, layers: list[int], T: int, N: int, sparse: dict[str, int]) -> dict[str, float]:
     """The same quantities from the formulas: dense layers of the given sizes and row-sparse weights of
-    ``sparse["params"]`` parameters in ``sparse["rows"]`` rows of which ``sparse["touched"]`` (their row-sparse
-    elements) are touched by the step (float32 buffers), T objectives (all present), N ranks, one micro-batch."""
+    ``sparse["params"]`` parameters in ``sparse["rows"]`` rows, of which the step touches rows holding
+    ``sparse["touched"]`` elements and whose buffers have room for ``sparse["capacity"]`` elements (their slots as
+    allocated: at least the touched ones); float32 buffers, T objectives (all present), N ranks, one micro-batch."""
     share = (N - 1) / N
     D, S = sum(layers), sparse["params"]
     P = D + S
@@ -147,18 +149,23 @@ def predicted(kind: str, layers: list[int], T: int, N: int, sparse: dict[str, in
     if kind == "plain":
         return {"bytes": step + losses, "buffer": 0.0}
     masks = 2 * share * sparse["rows"] * FLOAT32 if N > 1 else 0.0  # the touched-row masks made their union
+    sparse_reduce = 2 * share * T * sparse["touched"] * FLOAT32  # the touched rows of the row-sparse weights
+    sparse_buffer = T * sparse["capacity"] * FLOAT32
     if kind == "unsharded" or N == 1:  # one process shards nothing
-        return {"bytes": step + losses + masks + 2 * share * T * P * FLOAT32, "buffer": T * P * FLOAT32}
+        dense_reduce = 2 * share * T * D * FLOAT32
+        return {
+            "bytes": step + losses + masks + dense_reduce + sparse_reduce,
+            "buffer": T * D * FLOAT32 + sparse_buffer,
+        }
     parts = [-(-n // N) for n in layers]  # each layer split in N equal parts (padded)
     agree = 2 * share * (T + len(layers)) * FLOAT64  # the objectives present and the layers that will fire
     scatter = share * T * N * sum(parts) * FLOAT32  # each layer's T rows reduce-scattered
-    sparse_reduce = 2 * share * T * sparse["touched"] * FLOAT32  # the touched rows of the row-sparse weights
     gram = 2 * share * T * T * FLOAT64
     gather = share * N * sum(parts) * FLOAT32
     shard, staging = T * sum(parts) * FLOAT32, T * N * max(parts) * FLOAT32  # one layer's staging in flight
     return {
         "bytes": step + losses + masks + agree + scatter + sparse_reduce + gram + gather,
-        "buffer": shard + staging + T * S * FLOAT32,
+        "buffer": shard + staging + sparse_buffer,
     }
 
 
@@ -187,11 +194,12 @@ def run_point(rank: int, world_size: int, port: int, args, results) -> None:
             )
         with Traffic(world_size) as traffic:
             step([dict(mine)])
-        buffer, touched = 0, 0
+        buffer, touched, capacity = 0, 0, 0
         if kind != "plain":
             collector = step.collector
-            buffer = _nbytes(collector.flat)  # whole (T × P) unsharded; the row-sparse weights' only when sharded
+            buffer = _nbytes(collector.flat) + sum(b.nbytes for b in collector.sparse.values())
             touched = sum(len(collector.touched_rows(p)) * p[0].numel() for p in collector.embeddings)
+            capacity = sum(b.store[0].numel() for b in collector.sparse.values())
             if step.sharded is not None:
                 buffer += _nbytes(step.sharded.shard) + step.sharded.peak_staging_bytes
                 grams[kind] = step.sharded.gram(engine.params)
@@ -200,6 +208,9 @@ def run_point(rank: int, world_size: int, port: int, args, results) -> None:
                 # the reduced gradients' Gram in float64 throughout, to tell each path's float32 round-off
                 flat = collector.flat.double()
                 grams["float64"] = flat @ flat.t()
+                for p in collector.embeddings:
+                    block = collector.sparse[p].block(collector.touched_rows(p)).reshape(len(flat), -1).double()
+                    grams["float64"] += block @ block.t()
             weights[kind] = torch.cat([p.detach().reshape(-1) for p in engine.params])
             collector.detach()
         embeddings = [m.weight for m in model.modules() if isinstance(m, torch.nn.Embedding) and m.weight.requires_grad]
@@ -211,7 +222,7 @@ def run_point(rank: int, world_size: int, port: int, args, results) -> None:
             "buffer": buffer,
             "P": P,
             "layers": dense_layers(model),
-            "sparse": {**sparse, "touched": touched},
+            "sparse": {**sparse, "touched": touched, "capacity": capacity},
         }
         del step, engine, model
     exact = grams["float64"]
@@ -278,7 +289,7 @@ def precision(args) -> None:
             sums.sum().backward()
             collector.finalize()
             scale = 1.0 / counts.double()
-            gram = collector.gram(list(collector.views)) * scale[:, None] * scale[None, :]
+            gram = collector.gram(list(collector.names)) * scale[:, None] * scale[None, :]
             w = torch.as_tensor(build_weighting("lfmlf")(np.zeros(t), gram.numpy()))
             combined = torch.cat([v.reshape(-1).float() for v in collector.combine(w * scale).values()])
             results[dtype] = gram, w, combined
@@ -347,7 +358,7 @@ def main() -> None:
                 flush=True,
             )
     layers = large_dense_layers()
-    gib, none = 2**30, {"params": 0, "rows": 0, "touched": 0}
+    gib, none = 2**30, {"params": 0, "rows": 0, "touched": 0, "capacity": 0}
     print(
         f"\nXLM-R large at N = 8 from the same formulas: P = {sum(layers) / 1e6:.0f} M dense (word embeddings frozen; "
         "the position embeddings' few touched rows left out)\n"

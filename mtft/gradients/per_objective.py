@@ -30,6 +30,7 @@ from torch import nn
 
 from mtft.adapters.multi_lora.layer import RoutedLoraB
 from mtft.core.rows import row_labels
+from mtft.gradients.row_sparse import RowSparseBuffer
 from mtft.models.multihead import MultiLinear
 
 SUPPORTED = (nn.Linear, nn.Embedding, nn.LayerNorm, RoutedLoraB, MultiLinear)
@@ -58,10 +59,11 @@ class GradientSink(Protocol):
 class PerObjectiveGradients:
     """Accumulates ∂(Σ_{n∈t} loss_n)/∂θ for every objective t and trainable parameter θ of ``model``.
 
-    Buffers live in one flat (T, P) tensor, so that data-parallel ranks reduce them in one call.
-    ``dense_in_buffer=False``: the flat buffer holds the row-sparse weights only, and the dense parameters'
-    gradients are written where ``sink`` says (set before the first backward pass; see
-    :mod:`mtft.gradients.sharded`, which reduces each layer's as soon as the backward pass has written it).
+    The dense parameters' buffers live in one flat (T, P) tensor, so that data-parallel ranks reduce them in one
+    call; row-sparse weights keep their touched rows only (:class:`~mtft.gradients.row_sparse.RowSparseBuffer`).
+    ``dense_in_buffer=False``: no flat buffer; the dense parameters' gradients are written where ``sink`` says
+    (set before the first backward pass; see :mod:`mtft.gradients.sharded`, which reduces each layer's as soon as
+    the backward pass has written it).
     """
 
     def __init__(
@@ -90,19 +92,19 @@ class PerObjectiveGradients:
                 "per-objective gradients cover Linear, Embedding and LayerNorm parameters; these modules hold "
                 f"other trainable parameters: {', '.join(unsupported)}"
             )
-        # Row-sparse weights first, so that the dense rest is one contiguous block.
-        params = sorted(self.names, key=lambda p: not self._is_row_sparse(p))
-        self.embeddings = [p for p in params if self._is_row_sparse(p)]
-        self.dtype = dtype or (torch.float64 if params and params[0].dtype == torch.float64 else torch.float32)
+        self.embeddings = [p for p in self.names if self._is_row_sparse(p)]
+        first = next(iter(self.names), None)
+        self.dtype = dtype or (torch.float64 if first is not None and first.dtype == torch.float64 else torch.float32)
         dtype = self.dtype
         self.sink: Optional[GradientSink] = None
-        if not dense_in_buffer:
-            params = self.embeddings
+        self.sparse: dict[torch.Tensor, RowSparseBuffer] = {
+            p: RowSparseBuffer(p, num_objectives, dtype) for p in self.embeddings
+        }
+        params = [p for p in self.names if p not in self.sparse] if dense_in_buffer else []
         sizes = [p.numel() for p in params]
-        self.width = sum(sizes)  # P
-        device = next(iter(self.names)).device if self.names else None
+        self.width = sum(sizes)  # P (dense)
+        device = first.device if first is not None else None
         self.flat = torch.zeros(num_objectives, self.width, dtype=dtype, device=device)
-        self.dense_start = sum(p.numel() for p in self.embeddings)
         # keyed by tensor: torch types a module's ``weight`` as a Tensor (each key is a Parameter)
         self.views: dict[torch.Tensor, torch.Tensor] = {}
         self.spans: dict[torch.Tensor, tuple[int, int]] = {}  # the columns [start, stop) of each parameter
@@ -112,10 +114,6 @@ class PerObjectiveGradients:
             self.views[p] = self.flat[:, offset : offset + size].view(num_objectives, *p.shape)
             self.spans[p] = (offset, offset + size)
             offset += size
-        # Rows of each row-sparse weight that this step touched: only they are non-zero in its buffers.
-        self.row_mask: dict[torch.Tensor, torch.Tensor] = {
-            p: torch.zeros(p.shape[0], dtype=torch.bool, device=p.device) for p in self.embeddings
-        }
         self._handles: list[torch.utils.hooks.RemovableHandle] = []
         self._active = False
         # (parameter, objective) pairs written since zero(): the first write overwrites, later ones add, and
@@ -144,31 +142,44 @@ class PerObjectiveGradients:
             self._active = False
 
     def zero(self) -> None:
-        """Start a new optimizer step. Dense buffers are cleared lazily (see :meth:`finalize`); embedding
-        buffers are zero outside the rows the last step touched, so only those rows are cleared."""
+        """Start a new optimizer step. Dense buffers are cleared lazily (see :meth:`finalize`); row-sparse
+        ones forget their rows."""
         self._touched.clear()
-        for p, mask in self.row_mask.items():
-            self.views[p].index_fill_(1, mask.nonzero(as_tuple=True)[0], 0)
-            mask.zero_()
+        for buffer in self.sparse.values():
+            buffer.clear()
 
     def finalize(self) -> None:
         """Zero every dense (parameter, objective) slice that no example of the step wrote; on several
-        ranks, make every rank's row masks the union, as the all-reduced buffers will be."""
+        ranks, give every rank's row-sparse buffers the union of the ranks' touched rows (zero where this rank
+        touched none), as the reduced buffers will have."""
         for p, view in self.views.items():
-            if p in self.row_mask:
-                continue
             for t in range(self.num_objectives):
                 if (self.index[p], t) not in self._touched:
                     view[t].zero_()
                     self._touched.add((self.index[p], t))
         if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
-            for mask in self.row_mask.values():
-                union = mask.to(torch.float32)
+            for p, buffer in self.sparse.items():
+                union = torch.zeros(p.shape[0], dtype=torch.float32, device=p.device)
+                union[buffer.rows] = 1
                 torch.distributed.all_reduce(union)
-                mask.copy_(union > 0)
+                buffer.slots(union.nonzero(as_tuple=True)[0])
+
+    def reduce_row_sparse(self) -> None:
+        """Sum the row-sparse buffers over ranks, over the touched rows (after :meth:`finalize`)."""
+        for buffer in self.sparse.values():
+            rows = buffer.touched()
+            if len(rows):
+                block = buffer.block(rows).contiguous()
+                torch.distributed.all_reduce(block)
+                buffer.write(rows, block)
 
     def touched_rows(self, param: torch.Tensor) -> torch.Tensor:
-        return self.row_mask[param].nonzero(as_tuple=True)[0]
+        return self.sparse[param].touched()
+
+    def gradient(self, param: torch.Tensor) -> torch.Tensor:
+        """(T, *param.shape): every objective's gradient of ``param`` (a view of a dense buffer; a row-sparse
+        weight's materialised, zero outside its touched rows)."""
+        return self.sparse[param].full() if param in self.sparse else self.views[param]
 
     # ------------------------------------------------------------------------------------------------
     def _forward_hook(self, module: nn.Module, inputs: tuple[Any, ...], output: torch.Tensor) -> Optional[torch.Tensor]:
@@ -236,8 +247,9 @@ class PerObjectiveGradients:
             if module.padding_idx is not None:  # nn.Embedding gives the padding row no gradient
                 keep = index != module.padding_idx
                 index, g = index[keep], g[keep]
-            self.row_mask[module.weight][index] = True
-            self.views[module.weight][t].index_add_(0, index, g.to(self.flat.dtype))
+            buffer = self.sparse[module.weight]
+            slots = buffer.slots(index)
+            buffer.store[t].index_add_(0, slots, g.to(self.dtype))
 
     def _routed_lora_b(
         self, module: RoutedLoraB, shared: torch.Tensor, slots: torch.Tensor, segments: Segments, grad: torch.Tensor
@@ -248,8 +260,9 @@ class PerObjectiveGradients:
                 own = rows if bool((row_slots == j).all()) else _select(rows, row_slots == j)
                 g = grad[own].reshape(-1, grad.shape[-1])
                 a_x = shared[own].reshape(-1, shared.shape[-1])
-                self.row_mask[module.weight][j] = True
-                self.views[module.weight][t, j].addmm_(g.t().to(self.flat.dtype), a_x.to(self.flat.dtype))
+                buffer = self.sparse[module.weight]
+                slot = int(buffer.slots(torch.tensor([j], device=slots.device))[0])
+                buffer.store[t, slot].addmm_(g.t().to(self.dtype), a_x.to(self.dtype))
 
     def _layer_norm(self, module: nn.LayerNorm, x: torch.Tensor, segments: Segments, grad: torch.Tensor) -> None:
         has_weight = module.weight is not None and module.weight in self.names
@@ -277,7 +290,7 @@ class PerObjectiveGradients:
         target.copy_(value) if first else target.add_(value)
 
     def _write_product(self, param: torch.Tensor, t: int, a: torch.Tensor, b: torch.Tensor) -> None:
-        if a.dtype != self.flat.dtype:  # e.g. bf16 activations, float32 buffers
+        if a.dtype != self.dtype:  # e.g. bf16 activations, float32 buffers
             return self._write(param, t, a @ b)
         target, first = self._target(param, t)
         if first:
@@ -300,15 +313,15 @@ class PerObjectiveGradients:
         parameter in ``params``); the Gram is then G_ts = g_tᵀ P g_s = (√p ⊙ g_t)ᵀ(√p ⊙ g_s), formed by scaling
         column chunks of the buffers (never a full T × P copy)."""
         params = set(params)
-        dense = [p for p in self.views if p not in self.row_mask]
+        dense = list(self.views)
         blocks: list[tuple[torch.Tensor, Optional[torch.Tensor]]] = []
         for p in self.embeddings:
             if p in params:
                 rows = self.gram_rows(p, only_rows)
-                blocks.append((self.views[p][:, rows], None if metric is None else metric[p][rows]))
+                blocks.append((self.sparse[p].block(rows), None if metric is None else metric[p][rows]))
         if dense and params.issuperset(dense):
             sqrt_p = None if metric is None else torch.cat([metric[p].reshape(-1) for p in dense])
-            blocks.append((self.flat[:, self.dense_start : self.width], sqrt_p))
+            blocks.append((self.flat, sqrt_p))
         else:
             blocks += [(self.views[p], None if metric is None else metric[p]) for p in dense if p in params]
         return gram_of_blocks(blocks, self.num_objectives)
@@ -324,17 +337,16 @@ class PerObjectiveGradients:
     def combine(self, weights: torch.Tensor) -> dict[torch.Tensor, torch.Tensor]:
         """Σ_t w_t g_t for every parameter (weights may fold in a per-objective scale such as 1/count_t); in
         float32 from bfloat16 buffers."""
-        dense = weighted_sum(weights, self.flat[:, self.dense_start : self.width])
+        dense = weighted_sum(weights, self.flat)
         out, offset = {}, 0
         for p in self.views:
-            if p in self.row_mask:
-                rows = self.touched_rows(p)
-                out[p] = torch.zeros(p.shape, dtype=dense.dtype, device=self.flat.device)
-                block = self.views[p][:, rows].reshape(self.num_objectives, -1)
-                out[p][rows] = weighted_sum(weights, block).view(len(rows), *p.shape[1:])
-            else:
-                out[p] = dense[offset : offset + p.numel()].view_as(p)
-                offset += p.numel()
+            out[p] = dense[offset : offset + p.numel()].view_as(p)
+            offset += p.numel()
+        for p, buffer in self.sparse.items():
+            rows = buffer.touched()
+            out[p] = torch.zeros(p.shape, dtype=dense.dtype, device=self.flat.device)
+            block = buffer.block(rows).reshape(self.num_objectives, -1)
+            out[p][rows] = weighted_sum(weights, block).view(len(rows), *p.shape[1:])
         return out
 
     def dot(self, vectors: dict[torch.Tensor, torch.Tensor]) -> torch.Tensor:
@@ -342,13 +354,14 @@ class PerObjectiveGradients:
         parameter missing from ``vectors`` counts as v = 0 there. Row-sparse weights are read over the rows
         this step touched only: their buffers are zero elsewhere."""
         out = torch.zeros(self.num_objectives, dtype=torch.float64)
-        for p, view in self.views.items():
-            if p not in vectors:
-                continue
-            v = vectors[p].to(self.flat.device)
-            if p in self.row_mask:
+        for p in vectors:
+            if p in self.views:
+                view, v = self.views[p], vectors[p].to(self.flat.device)
+            elif p in self.sparse:
                 rows = self.touched_rows(p)
-                view, v = view[:, rows], v[rows]
+                view, v = self.sparse[p].block(rows), vectors[p].to(self.flat.device)[rows]
+            else:
+                continue
             out += matvec(view.reshape(self.num_objectives, -1), v.reshape(-1))
         return out
 

@@ -15,9 +15,10 @@ every rank: a Gram is a sum over coordinates, G = Σ_shards G^(shard). So
 4. rank r combines Σ_t w_t ḡ_t on its shard and the shards are all-gathered (P floats) into the gradient the
    optimizer steps with, identical on every rank.
 
-Row-sparse weights (embedding tables, the Multi-LoRA B's) stay out of the shards: only the rows the step touched
-are non-zero, so their buffers are all-reduced over the union of the ranks' touched rows after the backward pass and
-read whole on every rank (their part of the Gram is then the same on every rank and added after the all-reduce).
+Row-sparse weights (embedding tables, the Multi-LoRA B's) stay out of the shards: their buffers hold the rows the
+step touched only (:mod:`mtft.gradients.row_sparse`), are all-reduced over the union of the ranks' touched rows
+after the backward pass (:meth:`PerObjectiveGradients.reduce_row_sparse`) and read whole on every rank (their part
+of the Gram is then the same on every rank and added after the all-reduce).
 
 The collectives run inside the backward pass, so every rank must issue them in one order although the autograd
 engine runs each rank's graph by itself: before each micro-batch's backward pass the ranks agree (one all-reduce of
@@ -64,7 +65,7 @@ class ShardedGradients:
     another order). ``collector`` must be built with ``dense_in_buffer=False``."""
 
     def __init__(self, collector: PerObjectiveGradients, rank: int, world_size: int):
-        if collector.sink is not None or collector.dense_start != collector.width:
+        if collector.sink is not None or collector.width:
             raise ValueError("ShardedGradients needs a PerObjectiveGradients built with dense_in_buffer=False")
         self.collector = collector
         self.num_objectives = collector.num_objectives
@@ -74,7 +75,7 @@ class ShardedGradients:
         base = 0
         for module in collector.modules:
             params = tuple(
-                p for p in module.parameters(recurse=False) if p in collector.names and p not in collector.views
+                p for p in module.parameters(recurse=False) if p in collector.names and p not in collector.sparse
             )
             if not params:
                 continue
@@ -196,16 +197,6 @@ class ShardedGradients:
         return fires
 
     # -- after the backward passes -----------------------------------------------------------------------
-    def reduce_row_sparse(self) -> None:
-        """All-reduce the row-sparse buffers over the rows some rank touched (:meth:`PerObjectiveGradients.finalize`
-        has made every rank's row masks their union); the dense shards are already reduced."""
-        for p in self.collector.embeddings:
-            rows = self.collector.touched_rows(p)
-            if len(rows):
-                block = self.collector.views[p][:, rows].contiguous()
-                torch.distributed.all_reduce(block)
-                self.collector.views[p][:, rows] = block
-
     def gram(
         self,
         params: list[nn.Parameter],
@@ -217,7 +208,7 @@ class ShardedGradients:
         weights' part, which every rank holds whole."""
         partial = gram_of_blocks(self._blocks(set(params), metric), self.num_objectives)
         torch.distributed.all_reduce(partial)
-        sparse = [p for p in params if p in self.collector.views]
+        sparse = [p for p in params if p in self.collector.sparse]
         return partial + self.collector.gram(sparse, only_rows, metric) if sparse else partial
 
     def _blocks(self, params: set[nn.Parameter], metric: Optional[dict[torch.Tensor, torch.Tensor]]) -> list[Block]:
@@ -254,7 +245,7 @@ class ShardedGradients:
         gathered = torch.empty(self.world_size * local.numel(), dtype=local.dtype, device=local.device)
         all_gather(gathered, local)
         gathered = gathered.view(self.world_size, -1)
-        out = self.collector.combine(weights) if self.collector.views else {}
+        out = self.collector.combine(weights) if self.collector.sparse else {}
         for layer in self.layers:
             row = gathered[:, layer.base : layer.base + layer.part].reshape(-1)
             for p, offset in zip(layer.params, layer.offsets):
@@ -269,4 +260,4 @@ class ShardedGradients:
             if p in vectors:
                 out += matvec(self.shard[:, s0:s1], vectors[p].reshape(-1)[q0:q1])
         torch.distributed.all_reduce(out)
-        return out + self.collector.dot(vectors) if self.collector.views else out
+        return out + self.collector.dot(vectors) if self.collector.sparse else out

@@ -108,8 +108,9 @@ class GramWeightedStep:
         counts, sums = all_reduce_sum(counts), all_reduce_sum(sums)
         present = counts > 0
         gradients: PerObjectiveGradients | ShardedGradients = self.collector
+        if self.world_size > 1:
+            self.collector.reduce_row_sparse()
         if self.sharded is not None:
-            self.sharded.reduce_row_sparse()
             gradients = self.sharded
         elif self.world_size > 1:
             torch.distributed.all_reduce(self.collector.flat)

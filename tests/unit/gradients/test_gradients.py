@@ -77,7 +77,7 @@ def hooked_gradients(model, batch, num_objectives):
         sums, _ = torch.func.functional_call(model, detached, args=(), kwargs=batch)
     sums.sum().backward()
     params = [p for p in model.parameters() if p.requires_grad]
-    return torch.cat([collector.views[p].reshape(num_objectives, -1) for p in params], dim=1), params
+    return torch.cat([collector.gradient(p).reshape(num_objectives, -1) for p in params], dim=1), params
 
 
 @pytest.mark.parametrize("sort_rows", [False, True])
@@ -232,7 +232,7 @@ def test_buffers_in_another_dtype_than_the_activations(tmp_path):
             sums, _ = torch.func.functional_call(model, detached, args=(), kwargs=batch)
         sums.sum().backward()
         collector.finalize()
-    got = torch.cat([collector.views[p].reshape(3, -1) for p in params], dim=1).double()
+    got = torch.cat([collector.gradient(p).reshape(3, -1) for p in params], dim=1).double()
     torch.testing.assert_close(got, reference_objective_gradients(model, second, params, 3), rtol=1e-4, atol=1e-5)
 
 

@@ -95,17 +95,18 @@ def _check_rank(rank: int, dtype: torch.dtype) -> None:
     reference = PerObjectiveGradients(reference_model, OBJECTIVES, dtype=dtype).attach()
     counts = _backward_passes(reference_model, reference, rank)
     torch.distributed.all_reduce(reference.flat)  # the unsharded path: every rank holds every reduced g_t
+    reference.reduce_row_sparse()
     assert (counts > 0).tolist() == [True, True, True, False]
 
     torch.manual_seed(0)
     model = Toy()
     collector = PerObjectiveGradients(model, OBJECTIVES, dtype=dtype, dense_in_buffer=False).attach()
-    assert collector.width == model.embedding.weight.numel()  # only the row-sparse weight has a T × P buffer
+    assert collector.width == 0  # no T × P buffer: the dense layers go to the shards, the embedding keeps its rows
     sharded = ShardedGradients(collector, rank, WORLD)
     layers = [model.norm, model.hidden, model.unused, model.out, model.other]
     assert sharded.shard.shape == (OBJECTIVES, sum(-(-sum(p.numel() for p in m.parameters()) // WORLD) for m in layers))
     _backward_passes(model, collector, rank, sharded)
-    sharded.reduce_row_sparse()
+    collector.reduce_row_sparse()
     # The layers were reduced one at a time as the backward pass completed them (the unused one never waited for)
     element = sharded.shard.element_size()
     largest = max(3 * WORLD * -(-sum(p.numel() for p in m.parameters()) // WORLD) for m in layers) * element
@@ -138,7 +139,8 @@ def _check_rank(rank: int, dtype: torch.dtype) -> None:
         torch.testing.assert_close(combined[p], expected, rtol=close, atol=atol)
         _assert_same_on_every_rank(combined[p])
     assert (combined[by_name["unused.weight"]] == 0).all()  # no gradient reaches it
-    untouched = ~collector.row_mask[model.embedding.weight]
+    untouched = torch.ones(37, dtype=torch.bool)
+    untouched[collector.touched_rows(model.embedding.weight)] = False
     assert untouched.any() and (combined[model.embedding.weight][untouched] == 0).all()
 
     def on_reference(case):
@@ -186,4 +188,4 @@ def test_a_collector_holding_its_dense_gradients_is_refused():
     with pytest.raises(ValueError, match="dense_in_buffer=False"):
         ShardedGradients(PerObjectiveGradients(Toy(), OBJECTIVES), 0, 2)
     sparse_only = PerObjectiveGradients(Toy(), OBJECTIVES, dense_in_buffer=False)
-    assert sparse_only.flat.shape == (OBJECTIVES, 37 * 5)  # the embedding's rows only
+    assert sparse_only.flat.shape == (OBJECTIVES, 0)

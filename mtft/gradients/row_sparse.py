@@ -1,0 +1,63 @@
+"""Per-objective gradients of a weight whose step touches only some rows: the touched rows only.
+
+An embedding table's gradient is zero outside the tokens a step looks up, a Multi-LoRA B stack's outside the
+slots of the tasks in the batch. A dense (T, rows, ...) buffer would cost T × vocabulary × hidden floats --
+37 GB at XLM-R's 250,002 × 768 and T = 48, whatever the batch -- for the few hundred rows a step touches. Here each
+touched row gets a slot in a (T, slots, ...) store, grown as rows appear (doubling, at most the weight's rows);
+clearing a step forgets the slots, and a slot is zeroed when it is handed out again.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class RowSparseBuffer:
+    def __init__(self, param: torch.Tensor, num_objectives: int, dtype: torch.dtype, capacity: int = 64):
+        self.shape = tuple(param.shape)
+        self.num_objectives = num_objectives
+        self.store = torch.zeros(num_objectives, min(capacity, self.shape[0]), *self.shape[1:], dtype=dtype)
+        self.store = self.store.to(param.device)
+        self.slot_of = torch.full((self.shape[0],), -1, dtype=torch.long, device=param.device)
+        self.rows = torch.empty(0, dtype=torch.long, device=param.device)  # the touched rows, in slot order
+
+    @property
+    def nbytes(self) -> int:
+        return self.store.numel() * self.store.element_size()
+
+    def clear(self) -> None:
+        """Forget this step's rows (their slots are zeroed when handed out again)."""
+        self.slot_of[self.rows] = -1
+        self.rows = self.rows[:0]
+
+    def slots(self, rows: torch.Tensor) -> torch.Tensor:
+        """The slots of ``rows`` (a 1-D index tensor), giving zeroed slots to rows not touched before."""
+        new = torch.unique(rows[self.slot_of[rows] < 0])
+        if len(new):
+            used, needed = len(self.rows), len(self.rows) + len(new)
+            if needed > self.store.shape[1]:
+                grown = min(max(needed, 2 * self.store.shape[1]), self.shape[0])
+                store = self.store.new_empty(self.num_objectives, grown, *self.shape[1:])
+                store[:, :used] = self.store[:, :used]
+                self.store = store
+            self.store[:, used:needed] = 0
+            self.slot_of[new] = torch.arange(used, needed, device=self.slot_of.device)
+            self.rows = torch.cat([self.rows, new])
+        return self.slot_of[rows]
+
+    def touched(self) -> torch.Tensor:
+        """The rows touched this step, sorted (the same order on every rank whatever the slots' order)."""
+        return torch.sort(self.rows).values
+
+    def block(self, rows: torch.Tensor) -> torch.Tensor:
+        """(T, len(rows), ...) gradients of the given touched rows (a copy)."""
+        return self.store[:, self.slot_of[rows]]
+
+    def write(self, rows: torch.Tensor, block: torch.Tensor) -> None:
+        self.store[:, self.slot_of[rows]] = block
+
+    def full(self) -> torch.Tensor:
+        """The (T, rows, ...) gradient, zero outside the touched rows (for tests and tools, not the step)."""
+        out = torch.zeros(self.num_objectives, *self.shape, dtype=self.store.dtype, device=self.store.device)
+        out[:, self.rows] = self.store[:, : len(self.rows)]
+        return out
