@@ -57,20 +57,20 @@ def test_one_process_maps_every_item_in_order_without_a_process_group():
     assert sharded_map(0, lambda i: 1 / 0) == []
 
 
+def _run(item: int, passes: list[int]) -> list:
+    # a collective per pass, as a forward under ZeRO-3 is: unequal pass counts would hang here
+    torch.distributed.all_reduce(torch.ones(1))
+    passes.append(item)
+    return [item, f"row-{item}"] * (item % 2 + 1)
+
+
 def _worker(rank: int, port: int) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.distributed.init_process_group("gloo", rank=rank, world_size=WORLD)
     try:
         for num_items in (0, 1, 2, 5):
             passes: list[int] = []
-
-            def run(item: int) -> list:
-                # a collective per pass, as a forward under ZeRO-3 is: unequal pass counts would hang here
-                torch.distributed.all_reduce(torch.ones(1))
-                passes.append(item)
-                return [item, f"row-{item}"] * (item % 2 + 1)
-
-            results = sharded_map(num_items, run)
+            results = sharded_map(num_items, lambda item, passes=passes: _run(item, passes))
             assert results == [[i, f"row-{i}"] * (i % 2 + 1) for i in range(num_items)]
             assert passes == [i for i, _ in rank_schedule(num_items, rank, WORLD)]
             counts = [None] * WORLD
