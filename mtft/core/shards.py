@@ -2,8 +2,9 @@
 
 Items (evaluation batches) are dealt round-robin: rank r runs items r, r + N, r + 2N, ... of N ranks. Every rank
 runs the same number of forward passes, ⌈n / N⌉: under DeepSpeed ZeRO-3 a forward pass is a collective (each
-layer's parameters are all-gathered as it runs), so a rank left with one item fewer runs item 0 once more and
-discards the result -- a padding pass that costs no wall time, since it runs while the others run their last item.
+layer's parameters are all-gathered as it runs), so a rank left with one item fewer runs the last item once more
+and discards the result -- a padding pass that runs while the others run their last item, on the last item because
+it is the smallest (the remainder of the rows: batches are slices of one split).
 An empty pass (n = 0) runs nothing on any rank. The per-item results are then all-gathered as Python objects and
 put back in item order, so the caller sees exactly the list one process would have computed.
 
@@ -22,11 +23,11 @@ T = TypeVar("T")
 
 def rank_schedule(num_items: int, rank: int, world_size: int) -> list[tuple[int, bool]]:
     """The passes rank ``rank`` of ``world_size`` runs: (item index, whether its result is kept). Every rank gets
-    ⌈num_items / world_size⌉ passes; a pass past the end runs item 0 and is not kept (padding)."""
+    ⌈num_items / world_size⌉ passes; a pass past the end runs the last item again and is not kept (padding)."""
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is not one of {world_size} ranks")
     passes = -(-num_items // world_size)
-    return [(i, True) if (i := rank + k * world_size) < num_items else (0, False) for k in range(passes)]
+    return [(i, True) if (i := rank + k * world_size) < num_items else (num_items - 1, False) for k in range(passes)]
 
 
 def reassemble(per_rank: Sequence[Sequence[T]], num_items: int) -> list[T]:

@@ -25,14 +25,15 @@ def test_every_item_is_kept_once_by_one_rank_and_every_rank_runs_as_many_passes(
     assert kept == list(range(num_items))
     for rank, schedule in enumerate(schedules):
         assert [i for i, keep in schedule if keep] == list(range(rank, num_items, world_size))  # round-robin
-        assert all(i == 0 for i, keep in schedule if not keep)  # padding reruns item 0, which always exists
+        assert all(i == num_items - 1 for i, keep in schedule if not keep)  # padding reruns the last (smallest)
         assert all(keep for _, keep in schedule[:-1])  # only a rank's last pass can be padding
 
 
 def test_uneven_counts_pad_the_ranks_left_short():
     assert rank_schedule(5, 0, 2) == [(0, True), (2, True), (4, True)]
-    assert rank_schedule(5, 1, 2) == [(1, True), (3, True), (0, False)]
+    assert rank_schedule(5, 1, 2) == [(1, True), (3, True), (4, False)]
     assert rank_schedule(1, 1, 3) == [(0, False)]  # a rank with no item of its own still runs one pass
+    assert rank_schedule(4, 2, 3) == [(2, True), (3, False)]
     assert rank_schedule(0, 0, 2) == []
 
 
