@@ -11,7 +11,7 @@ the second text of a pair with 1) go into the batch when the tokenizer wrote the
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterator, Optional
+from typing import Optional
 
 import torch
 
@@ -45,17 +45,22 @@ class BatchBuilder:
         objectives = [self.data.unit_objective[u] for u, _ in pairs]
         return self.collate(rows, heads, objectives)
 
-    def eval_batches(
-        self, task: str, language: str, batch_size: int, dev: bool = False
-    ) -> Iterator[tuple[list[dict], dict]]:
-        """(encoded rows with all their columns, the padded batch) per slice of the evaluation (or dev) data."""
+    def eval_batch_count(self, task: str, language: str, batch_size: int, dev: bool = False) -> int:
+        """How many slices of ``batch_size`` rows the evaluation (or dev) data of (task, language) makes."""
+        return -(-len(self._eval_dataset(task, language, dev)) // batch_size)
+
+    def eval_batch(
+        self, task: str, language: str, batch_size: int, index: int, dev: bool = False
+    ) -> tuple[list[dict], dict]:
+        """(encoded rows with all their columns, the padded batch) of slice ``index`` of the evaluation (or dev)
+        data: rows index·batch_size … (index + 1)·batch_size."""
+        chunk = self._eval_dataset(task, language, dev)[index * batch_size : (index + 1) * batch_size]
+        rows = [dict(zip(chunk, values)) for values in zip(*chunk.values())]
+        return rows, self.collate(rows, [self.head_of_task[task]] * len(rows))
+
+    def _eval_dataset(self, task: str, language: str, dev: bool):
         td = self.data.tasks[task]
-        dataset = td.dev[language] if dev else td.eval[language]
-        head = self.head_of_task[task]
-        for start in range(0, len(dataset), batch_size):
-            chunk = dataset[start : start + batch_size]
-            rows = [dict(zip(chunk, values)) for values in zip(*chunk.values())]
-            yield rows, self.collate(rows, [head] * len(rows))
+        return td.dev[language] if dev else td.eval[language]
 
     def collate(self, rows: list[dict], heads: list[int], objectives: Optional[list[int]] = None) -> dict:
         """Pad ``rows`` (encoded rows of the heads ``heads``) into one batch; see the module docstring."""

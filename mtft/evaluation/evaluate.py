@@ -3,6 +3,11 @@
 The head decodes each encoded row; the task post-processes rows back to examples (n-best spans over QA
 windows, word-level tags) and scores them against the split's references, exactly as ``run.py score`` does
 with the predictions file the run writes.
+
+On several data-parallel processes each rank decodes its share of every objective's batches and the decoded rows
+are gathered back into their order (:func:`mtft.core.shards.sharded_map`); post-processing and scoring then run
+on every rank on the whole list, so that every rank holds the same :class:`Evaluation` -- the one a single
+process computes -- and takes the same best-checkpoint and early-stopping decisions.
 """
 
 from __future__ import annotations
@@ -10,8 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from statistics import mean
 
+from mtft.core.shards import sharded_map
 from mtft.data.batching import BatchBuilder
-from mtft.data.pipeline import DEV, PreparedData
+from mtft.data.pipeline import DEV, Objective, PreparedData
 from mtft.evaluation.scoring import score
 from mtft.reporting.logs import logger
 from mtft.tasks.hidden import HiddenLabelsError
@@ -34,21 +40,7 @@ def evaluate(
     model.eval()
     for objective in data.eval_objectives(dev):
         td = data.tasks[objective.task]
-        head_name = data.head_of(objective.task)  # an evaluation-only task (GLUE AX) borrows another's head
-        head = model.heads[head_name]
-        outputs = []
-        for _, batch in builder.eval_batches(objective.task, objective.language, batch_size, dev):
-            context = {k: batch[k].to(device) for k in ("attention_mask", "group_index")}
-            segments = batch.get("token_type_ids")
-            logits = model.predict_logits(
-                head_name,
-                batch["input_ids"].to(device),
-                **context,
-                objective=data.eval_objective.get((head_name, objective.language)),
-                token_type_ids=None if segments is None else segments.to(device),
-            )
-            logits = tuple(x.float().cpu() for x in logits) if isinstance(logits, tuple) else logits.float().cpu()
-            outputs += head.decode(logits, **{k: v.cpu() for k, v in context.items()})
+        outputs = decoded_rows(model, data, builder, objective, batch_size, device, dev)
         if dev:
             encoded, raw = td.dev[objective.language], td.raw_dev[objective.language]
         else:
@@ -67,6 +59,32 @@ def evaluate(
     add_macro_averages(metrics, data, dev)
     model.train(was_training)
     return Evaluation(metrics, predictions)
+
+
+def decoded_rows(
+    model, data: PreparedData, builder: BatchBuilder, objective: Objective, batch_size: int, device, dev: bool
+) -> list:
+    """The head's decoded output of every encoded evaluation row of ``objective``, in row order; on several
+    processes each rank decodes its share of the batches (ZeRO-3-safe: every rank runs as many forward passes)."""
+    head_name = data.head_of(objective.task)  # an evaluation-only task (GLUE AX) borrows another's head
+    head = model.heads[head_name]
+
+    def decode(index: int) -> list:
+        _, batch = builder.eval_batch(objective.task, objective.language, batch_size, index, dev)
+        context = {k: batch[k].to(device) for k in ("attention_mask", "group_index")}
+        segments = batch.get("token_type_ids")
+        logits = model.predict_logits(
+            head_name,
+            batch["input_ids"].to(device),
+            **context,
+            objective=data.eval_objective.get((head_name, objective.language)),
+            token_type_ids=None if segments is None else segments.to(device),
+        )
+        logits = tuple(x.float().cpu() for x in logits) if isinstance(logits, tuple) else logits.float().cpu()
+        return head.decode(logits, **{k: v.cpu() for k, v in context.items()})
+
+    count = builder.eval_batch_count(objective.task, objective.language, batch_size, dev)
+    return [row for rows in sharded_map(count, decode) for row in rows]
 
 
 def add_macro_averages(metrics: dict[str, float], data: PreparedData, dev: bool, prefix: str = "") -> None:

@@ -23,6 +23,7 @@ from transformers import AutoModelForMaskedLM, PretrainedConfig
 from mtft.core.errors import ConfigError
 from mtft.core.labels import IGNORE_INDEX
 from mtft.core.rows import labelled_rows
+from mtft.core.shards import sharded_map
 from mtft.models.loading import listing, load_pretrained, modules
 from mtft.reporting.logs import logger
 
@@ -154,21 +155,32 @@ def evaluating(module: nn.Module) -> Iterator[None]:
 
 
 @torch.no_grad()
-def lp_sums(mlm: MaskedLM, batches: list[dict[str, torch.Tensor]], device) -> tuple[float, int]:
-    """Σ loss and number of masked tokens over ``batches`` (float64 accumulation; eval mode, eager attention)."""
-    total, count = 0.0, 0
+def lp_sums(mlm: MaskedLM, batches: list[dict[str, torch.Tensor]], device, shard: bool = False) -> tuple[float, int]:
+    """Σ loss and number of masked tokens over ``batches`` (float64 accumulation; eval mode, eager attention).
+
+    ``shard``: called alike by every data-parallel rank, each rank runs its share of the batches
+    (:func:`mtft.core.shards.sharded_map`) and the per-batch sums are added up in batch order on every rank -- the
+    same float64 sum, bit for bit, as one process's. A pass that only some ranks make (the end-of-run probe, on
+    rank 0) leaves it off."""
+
+    def run(index: int) -> tuple[float, int]:
+        loss, n = mlm(**{k: v.to(device) for k, v in batches[index].items()})
+        return float(loss.double()), int(n)
+
     with evaluating(mlm), eager_attention(mlm.encoder):
-        for batch in batches:
-            loss, n = mlm(**{k: v.to(device) for k, v in batch.items()})
-            total += float(loss.double())
-            count += int(n)
+        sums = sharded_map(len(batches), run) if shard else [run(i) for i in range(len(batches))]
+    total, count = 0.0, 0
+    for loss, n in sums:
+        total += loss
+        count += n
     return total, count
 
 
-def lp_per_language(mlm: MaskedLM, eval_set, batch_size: int, device) -> dict[str, float]:
-    """L_p per language: the mean masked-LM loss over that language's masked tokens."""
+def lp_per_language(mlm: MaskedLM, eval_set, batch_size: int, device, shard: bool = False) -> dict[str, float]:
+    """L_p per language: the mean masked-LM loss over that language's masked tokens (``shard``: as in
+    :func:`lp_sums`)."""
     out = {}
     for language in eval_set.languages:
-        total, count = lp_sums(mlm, eval_set.batches(language, batch_size), device)
+        total, count = lp_sums(mlm, eval_set.batches(language, batch_size), device, shard)
         out[language] = total / count
     return out

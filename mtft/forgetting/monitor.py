@@ -253,13 +253,13 @@ class ForgettingMonitor:
     # ---------------------------------------------------------------------------------------------
     def _lp_group(self, group: int) -> dict[str, float]:
         with self.mlm.routed_to(self.tracker.adapter(group)):
-            return lp_per_language(self.mlm, self.eval_set, self.cfg.batch_size, self.device)
+            return lp_per_language(self.mlm, self.eval_set, self.cfg.batch_size, self.device, shard=True)
 
     def _lp_batch(self) -> float:
         """L_p on the fixed prediction batch: mean over languages of each language's mean (as LpObjective)."""
         means = []
         for batches in self.prediction_batches.values():
-            total, count = lp_sums(self.mlm, batches, self.device)
+            total, count = lp_sums(self.mlm, batches, self.device, shard=True)
             means.append(total / count)
         return sum(means) / len(means)
 

@@ -197,7 +197,7 @@ class Pretraining:
             return {}
         encoder, head, tied = split_mlm_model(mlm_model)
         wrapper = MaskedLM(encoder, head, tied)
-        return lp_per_language(wrapper, self.eval_set, 64, next(mlm_model.parameters()).device)
+        return lp_per_language(wrapper, self.eval_set, 64, next(mlm_model.parameters()).device, shard=True)
 
     def write_checkpoint(self, folder: Path, engine, meta: dict) -> None:
         """A Hugging Face folder, complete or invisible (``.partial`` renamed at the end)."""

@@ -120,6 +120,25 @@ def test_other_zero_stages_run_and_checkpoint(tmp_path, zero):
     assert state["heads.nli_copy.out_proj.weight"].shape == (3, 64)  # gathered, not a ZeRO-3 partition
 
 
+def test_two_process_zero3_evaluation_is_sharded_and_completes(tmp_path):
+    """Under ZeRO-3 a forward pass is a collective: the sharded evaluation runs as many on each rank, padding the
+    rank left short, so a batch count that two ranks cannot split evenly (150 rows in 64-row batches: 3 per
+    objective) does not hang; both ranks score the same gathered rows, so they select the same best/ (a collective
+    gather of the weights under ZeRO-3) and the predictions cover every example in the split's order."""
+    second_task(tmp_path / "tasks")
+    out = tmp_path / "zero3"
+    two = run_torchrun("--config", BASE_CONFIG, *common(tmp_path, out, micro=8, zero=3), "evaluation.batch_size=64")
+    assert two.returncode == 0, two.stderr[-5000:]
+    evaluations = [e for e in read_jsonl(out / "metrics.jsonl") if e["kind"] == "eval"]
+    assert [e["step"] for e in evaluations] == [8, 16]
+    objectives = [("xnli", "en"), ("xnli", "de"), ("nli_copy", "sw"), ("nli_copy", "ru")]
+    assert all(0 <= e[f"{task}/{lang}/accuracy"] <= 1 for e in evaluations for task, lang in objectives)
+    assert json.loads((out / "best/metrics.json").read_text())["step"] in (8, 16)
+    for task, lang in objectives:
+        rows = read_jsonl(out / "predictions/validation" / task / f"{lang}.jsonl")
+        assert [row["id"] for row in rows] == [str(i) for i in range(150)]
+
+
 def test_a_timeout_kills_every_rank(tmp_path):
     """The harness itself: when torchrun's time is up, its ranks die with it (no orphan left waiting in a
     collective). torchrun starts each rank in a session of its own, so killing torchrun's process group alone would
