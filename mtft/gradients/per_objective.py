@@ -107,12 +107,10 @@ class PerObjectiveGradients:
         self.flat = torch.zeros(num_objectives, self.width, dtype=dtype, device=device)
         # keyed by tensor: torch types a module's ``weight`` as a Tensor (each key is a Parameter)
         self.views: dict[torch.Tensor, torch.Tensor] = {}
-        self.spans: dict[torch.Tensor, tuple[int, int]] = {}  # the columns [start, stop) of each parameter
         self.index: dict[torch.Tensor, int] = {p: i for i, p in enumerate(params)}
         offset = 0
         for p, size in zip(params, sizes):
             self.views[p] = self.flat[:, offset : offset + size].view(num_objectives, *p.shape)
-            self.spans[p] = (offset, offset + size)
             offset += size
         self._handles: list[torch.utils.hooks.RemovableHandle] = []
         self._active = False
