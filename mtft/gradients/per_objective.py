@@ -45,6 +45,18 @@ METRIC_CHUNK = 1 << 20
 Segments = Sequence[tuple[int, Union[slice, torch.Tensor]]]
 
 
+def full_shape(param: torch.Tensor) -> torch.Size:
+    """A parameter's shape, also under ZeRO-3, whose ``param.data`` is an empty placeholder outside its module's
+    forward and backward (DeepSpeed keeps the shape in ``ds_shape``). The buffers are shaped by it and never read
+    the parameter's values, so they are built and written while the parameter is partitioned."""
+    return getattr(param, "ds_shape", param.shape)
+
+
+def full_numel(param: torch.Tensor) -> int:
+    """A parameter's number of elements, also under ZeRO-3 (see :func:`full_shape`)."""
+    return int(getattr(param, "ds_numel", param.numel()))
+
+
 class GradientSink(Protocol):
     """Where the dense parameters' per-objective gradients go instead of the flat buffer (the sharded path,
     :mod:`mtft.gradients.sharded`, which reduces each layer's as soon as the backward pass has written it)."""
@@ -101,7 +113,7 @@ class PerObjectiveGradients:
             p: RowSparseBuffer(p, num_objectives, dtype) for p in self.embeddings
         }
         params = [p for p in self.names if p not in self.sparse] if dense_in_buffer else []
-        sizes = [p.numel() for p in params]
+        sizes = [full_numel(p) for p in params]
         self.width = sum(sizes)  # P (dense)
         device = first.device if first is not None else None
         self.flat = torch.zeros(num_objectives, self.width, dtype=dtype, device=device)
@@ -110,7 +122,7 @@ class PerObjectiveGradients:
         self.index: dict[torch.Tensor, int] = {p: i for i, p in enumerate(params)}
         offset = 0
         for p, size in zip(params, sizes):
-            self.views[p] = self.flat[:, offset : offset + size].view(num_objectives, *p.shape)
+            self.views[p] = self.flat[:, offset : offset + size].view(num_objectives, *full_shape(p))
             offset += size
         self._handles: list[torch.utils.hooks.RemovableHandle] = []
         self._active = False
@@ -157,7 +169,7 @@ class PerObjectiveGradients:
                     self._touched.add((self.index[p], t))
         if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
             for p, buffer in self.sparse.items():
-                union = torch.zeros(p.shape[0], dtype=torch.float32, device=p.device)
+                union = torch.zeros(buffer.shape[0], dtype=torch.float32, device=p.device)
                 union[buffer.rows] = 1
                 torch.distributed.all_reduce(union)
                 buffer.slots(union.nonzero(as_tuple=True)[0])
@@ -338,13 +350,13 @@ class PerObjectiveGradients:
         dense = weighted_sum(weights, self.flat)
         out, offset = {}, 0
         for p in self.views:
-            out[p] = dense[offset : offset + p.numel()].view_as(p)
-            offset += p.numel()
+            out[p] = dense[offset : offset + full_numel(p)].view(full_shape(p))
+            offset += full_numel(p)
         for p, buffer in self.sparse.items():
             rows = buffer.touched()
-            out[p] = torch.zeros(p.shape, dtype=dense.dtype, device=self.flat.device)
+            out[p] = torch.zeros(buffer.shape, dtype=dense.dtype, device=self.flat.device)
             block = buffer.block(rows).reshape(self.num_objectives, -1)
-            out[p][rows] = weighted_sum(weights, block).view(len(rows), *p.shape[1:])
+            out[p][rows] = weighted_sum(weights, block).view(len(rows), *buffer.shape[1:])
         return out
 
     def dot(self, vectors: dict[torch.Tensor, torch.Tensor]) -> torch.Tensor:

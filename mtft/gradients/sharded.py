@@ -40,7 +40,14 @@ import torch
 from torch import nn
 
 from mtft.core.distributed import all_gather, reduce_scatter
-from mtft.gradients.per_objective import PerObjectiveGradients, gram_of_blocks, matvec, weighted_sum
+from mtft.gradients.per_objective import (
+    PerObjectiveGradients,
+    full_numel,
+    full_shape,
+    gram_of_blocks,
+    matvec,
+    weighted_sum,
+)
 
 Block = tuple[torch.Tensor, Optional[torch.Tensor]]
 
@@ -79,14 +86,14 @@ class ShardedGradients:
             )
             if not params:
                 continue
-            offsets = tuple(sum(q.numel() for q in params[:i]) for i in range(len(params)))
-            size = sum(p.numel() for p in params)
+            offsets = tuple(sum(full_numel(q) for q in params[:i]) for i in range(len(params)))
+            size = sum(full_numel(p) for p in params)
             part = -(-size // world_size)
             layer = _Layer(module, params, offsets, size, part, base)
             self.layers.append(layer)
             first, last = rank * part, (rank + 1) * part  # this rank's columns of the module's row
             for p, offset in zip(params, offsets):
-                start, stop = max(first, offset), min(last, offset + p.numel())
+                start, stop = max(first, offset), min(last, offset + full_numel(p))
                 if start < stop:
                     self.columns[p] = (base + start - first, base + stop - first, start - offset, stop - offset)
             base += part
@@ -145,7 +152,7 @@ class ShardedGradients:
             stage = self._staging[i] = self._zeros(self.layers[i])
             in_flight = sum(s.numel() * s.element_size() for s in self._staging.values())
             self.peak_staging_bytes = max(self.peak_staging_bytes, in_flight)
-        return stage[self._row_of[t], offset : offset + param.numel()].view(param.shape)
+        return stage[self._row_of[t], offset : offset + full_numel(param)].view(full_shape(param))
 
     def _zeros(self, layer: _Layer) -> torch.Tensor:
         """A layer's staging buffer: a row per objective present in the micro-batch, N parts of columns."""
@@ -249,7 +256,7 @@ class ShardedGradients:
         for layer in self.layers:
             row = gathered[:, layer.base : layer.base + layer.part].reshape(-1)
             for p, offset in zip(layer.params, layer.offsets):
-                out[p] = row[offset : offset + p.numel()].view_as(p)
+                out[p] = row[offset : offset + full_numel(p)].view(full_shape(p))
         return out
 
     def dot(self, vectors: dict[torch.Tensor, torch.Tensor]) -> torch.Tensor:
