@@ -32,7 +32,7 @@ def partitioned_zero3(folder: Path) -> Path:
 def test_two_process_zero3_lfmlf_matches_one_process(tmp_path, method):
     extra = {**METHODS[method], "weighting.descent_check": True}
     one, two = tmp_path / "one", tmp_path / "two"
-    result = run_cli("--config", BASE_CONFIG, *lfmlf_run(one, 2, micro=16, **extra))
+    result = run_cli("--config", BASE_CONFIG, *lfmlf_run(one, 2, micro=16, **extra), threads=1)
     assert result.returncode == 0, result.stderr[-3000:]
     zero3 = {**extra, "training.deepspeed_config": str(partitioned_zero3(tmp_path))}
     result = run_torchrun("--config", BASE_CONFIG, *lfmlf_run(two, 3, micro=8, **zero3))
