@@ -1,7 +1,7 @@
 """LF-MLF under ZeRO-3: two processes with every trainable tensor partitioned train like one process (ZeRO-2)
 holding the whole global batch -- the same weights, ||d||², first-order changes g_tᵀΔθ and final weights within
 the tolerances of the ZeRO-2 two-process test (tests/e2e/test_lfmlf_run.py) -- for full fine-tuning and
-Multi-LoRA."""
+Multi-LoRA; and one process under ZeRO-3 trains as under ZeRO-2."""
 
 from __future__ import annotations
 
@@ -58,3 +58,23 @@ def test_two_process_zero3_lfmlf_matches_one_process(tmp_path, method):
     w1, w2 = final_weights(one), final_weights(two)
     assert w1.keys() == w2.keys() and all(w1[k].shape == w2[k].shape for k in w1)  # gathered, not partitions
     assert max((w1[k] - w2[k]).abs().max().item() for k in w1) < 1e-4
+
+
+def test_one_process_zero3_lfmlf_matches_zero2(tmp_path):
+    """One process under ZeRO-3 (no sharding of the per-objective gradients; the parameters still partitioned,
+    into one part) trains as under ZeRO-2."""
+    zero2, zero3 = tmp_path / "zero2", tmp_path / "zero3"
+    result = run_cli("--config", BASE_CONFIG, *lfmlf_run(zero2, 2, micro=16), threads=1)
+    assert result.returncode == 0, result.stderr[-3000:]
+    config = {"training.deepspeed_config": str(partitioned_zero3(tmp_path))}
+    result = run_cli("--config", BASE_CONFIG, *lfmlf_run(zero3, 3, micro=16, **config), threads=1)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "(0 under DeepSpeed's persistence threshold" in (zero3 / "train.log").read_text()
+    a, b = weighting_events(zero2), weighting_events(zero3)
+    assert len(a) == len(b) == 12 and not any("gram_shards" in e for e in b)
+    for x, y in zip(a, b):
+        for objective in OBJECTIVES:
+            assert x[f"weight/{objective}"] == pytest.approx(y[f"weight/{objective}"], rel=1e-4, abs=1e-7)
+        assert_same_d_norm(x, y)
+    w1, w2 = final_weights(zero2), final_weights(zero3)
+    assert max((w1[k] - w2[k]).abs().max().item() for k in w1) < 1e-5  # as ZeRO 0, 1 and 2 agree in one process
