@@ -14,6 +14,7 @@ from typing import Any, Iterable, Literal, Optional, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from mtft.config.load import parse_override, read_yaml_mapping, set_dotted
+from mtft.config.schema import check_count_or_fraction
 from mtft.core.errors import ConfigError, echo, shorten
 from mtft.core.paths import name_problem, name_value
 from mtft.study.failure import pattern_problem
@@ -49,8 +50,7 @@ class LeaveOneOutSection(_Section):
 
     @model_validator(mode="after")
     def _count_or_fraction(self) -> "LeaveOneOutSection":
-        if (self.count is None) == (self.fraction is None):
-            raise ValueError("give exactly one of count: N and fraction: F")
+        check_count_or_fraction(self.count, self.fraction)
         return self
 
     def leave_out(self, draw: int) -> dict[str, Any]:
