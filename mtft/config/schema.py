@@ -196,9 +196,15 @@ class LeaveOutSection(Section):
 
     @model_validator(mode="after")
     def _count_or_fraction(self) -> "LeaveOutSection":
-        if (self.count is None) == (self.fraction is None):
-            raise ValueError("give exactly one of count: N and fraction: F")
+        check_count_or_fraction(self.count, self.fraction)
         return self
+
+
+def check_count_or_fraction(count: Optional[int], fraction: Optional[float]) -> None:
+    """How many examples to leave out is given one way: a count or a fraction (``data.leave_out`` and a study's
+    ``leave_one_out``)."""
+    if (count is None) == (fraction is None):
+        raise ValueError("give exactly one of count: N and fraction: F")
 
 
 class DataSection(Section):

@@ -69,6 +69,7 @@ class OvertrainingAnalysis(StudyAnalysis):
         complete = [r for r in records if r["status"] == "complete"]
         points = {m: {_setting(i.group): i.point for i in items if i.point is not None} for m, items in found.items()}
         figures = draw_figures(folder, complete, axis, self.options.task_metrics, points)
+        trends = sensitivity_trends(complete, axis)
         write_json(
             folder / "inflection.json",
             {
@@ -76,9 +77,10 @@ class OvertrainingAnalysis(StudyAnalysis):
                 "tolerance": self.options.tolerance,
                 "inflections": {m: [i.to_json() for i in items] for m, items in found.items()},
                 "budgets": budget_table(complete, axis),
+                "trends": trends,
             },
         )
-        return section(found, budget_table(complete, axis), figures, link, self.options.tolerance)
+        return section(found, budget_table(complete, axis), figures, link, self.options.tolerance, trends)
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -96,7 +98,11 @@ def run_measures(path: Path) -> dict[str, float]:
         elif kind in ("backbone", "lambda_p", "forgetting", "train"):
             last[kind] = row
     backbone = last.get("backbone", {})
-    for key, name in (("tokens_budget", "pretrain_tokens"), ("lr_after", "pretrain_lr_after")):
+    for key, name in (
+        ("tokens_budget", "pretrain_tokens"),
+        ("lr_after", "pretrain_lr_after"),
+        ("seed", "pretrain_seed"),
+    ):
         if _number(backbone.get(key)):
             out[name] = float(backbone[key])
     if _number(backbone.get("steps")) and _number(backbone.get("schedule_steps")):
@@ -137,6 +143,7 @@ def budget_table(records: list[dict[str, Any]], axis: str) -> list[dict[str, Any
     for budget in sorted({float(r["axes"][axis]) for r in records if axis in r["axes"]}):
         runs = [r["metrics"] for r in records if float(r["axes"].get(axis, math.nan)) == budget]
         row: dict[str, Any] = {"budget": budget, "runs": len(runs)}
+        row["backbones"] = len(one_per_backbone([r for r in records if r["axes"].get(axis) == budget], axis))
         row["backbone_tokens"] = sorted({m["pretrain_tokens"] for m in runs if "pretrain_tokens" in m})
         for key, reduce in (
             ("pretrain_lr_after", max),
@@ -144,10 +151,69 @@ def budget_table(records: list[dict[str, Any]], axis: str) -> list[dict[str, Any
             ("lp_before", _mean),
             ("lambda_p", _mean),
         ):
-            values = [m[key] for m in runs if key in m]
+            values = [m[key] for m in runs if key in m]  # a mean over runs: each backbone weighs its runs alike
             row[key] = reduce(values) if values else None
         rows.append(row)
     return rows
+
+
+def sensitivity_trends(records: list[dict[str, Any]], axis: str) -> list[dict[str, Any]]:
+    """Progressive sensitivity as a number: Spearman's rank correlation of each pre-trained model's λ_p and ΔL_p(γ)
+    with its budget (one point per pre-trained model), over every budget and, separately, over the budgets from the
+    one where the mean is lowest on -- the second is chosen after seeing the curve (post hoc) and says so."""
+    from scipy.stats import spearmanr
+
+    models = one_per_backbone(records, axis)
+    keys = sorted({k for r in models for k in r["metrics"] if k == "lambda_p" or k.startswith("dlp_pretrained/")})
+    out = []
+    for key in keys:
+        points = [(float(r["axes"][axis]), float(r["metrics"][key])) for r in models if _number(r["metrics"].get(key))]
+        budgets, means, _ = _curve(models, axis, key)
+        lowest = budgets[int(np.argmin(means))] if budgets else math.nan
+        entry: dict[str, Any] = {"measure": key, "models": len(points), "lowest_mean_at": lowest}
+        for name, subset in (("all", points), ("from_lowest", [p for p in points if p[0] >= lowest])):
+            if len({b for b, _ in subset}) >= 3:
+                rho, p_value = spearmanr([b for b, _ in subset], [v for _, v in subset])
+                entry[name] = {"rho": float(rho), "p_value": float(p_value), "points": len(subset)}
+            else:
+                entry[name] = None
+        out.append(entry)
+    return out
+
+
+def trend_section(trends: list[dict[str, Any]]) -> list[str]:
+    if not trends:
+        return []
+    lines = [
+        "### Progressive sensitivity: rank correlation with the budget",
+        "",
+        "Spearman's ρ of each pre-trained model's measure with its budget (one point per pre-trained model; "
+        "mtft/study/overtraining.py). 'From its lowest mean' starts at the budget where the measure's mean is lowest: "
+        "a range chosen after seeing the curve (post hoc), not a test planned in advance.",
+        "",
+        "| measure | models | ρ, all budgets (p) | lowest mean at | ρ, from its lowest mean (p, points) |",
+        "|---|---:|---|---:|---|",
+    ]
+    for t in trends:
+        every = "–" if t["all"] is None else f"{t['all']['rho']:+.2f} ({t['all']['p_value']:.2g})"
+        tail = t["from_lowest"]
+        after = "–" if tail is None else f"{tail['rho']:+.2f} ({tail['p_value']:.2g}, {tail['points']})"
+        lines.append(f"| {t['measure']} | {t['models']} | {every} | {t['lowest_mean_at']:,.0f} | {after} |")
+    return lines + [""]
+
+
+def one_per_backbone(records: list[dict[str, Any]], axis: str) -> list[dict[str, Any]]:
+    """One run per pre-trained model: the first run of each (budget, backbone seed). The pre-trained model's own
+    numbers (L_p(θ_p), λ_p, ΔL_p of θ_p) are the same in every run fine-tuning it, so their spread is over
+    backbones, not over runs that repeat one backbone's value (which would understate it)."""
+    seen: set[tuple[Any, Any]] = set()
+    out = []
+    for r in records:
+        key = (r["axes"].get(axis), r["metrics"].get("pretrain_seed"))
+        if key not in seen:
+            seen.add(key)
+            out.append(r)
+    return out
 
 
 def _mean(values: list[float]) -> float:
@@ -155,7 +221,12 @@ def _mean(values: list[float]) -> float:
 
 
 def section(
-    found: dict[str, list[Inflection]], budgets: list[dict[str, Any]], figures: list[tuple[str, str]], link: str, tol
+    found: dict[str, list[Inflection]],
+    budgets: list[dict[str, Any]],
+    figures: list[tuple[str, str]],
+    link: str,
+    tol,
+    trends: Optional[list[dict[str, Any]]] = None,
 ) -> list[str]:
     lines = [
         "## Overtraining: inflection points",
@@ -175,22 +246,25 @@ def section(
         "",
         "### Budgets (bookkeeping)",
         "",
-        "| budget | runs | backbone's budget | lr after its last step (max) | schedule steps left (max) | "
-        "L_p(θ_p) | λ_p |",
-        "|---:|---:|---|---:|---:|---:|---:|",
+        "| budget | runs | pre-trained models | backbone's budget | lr after its last step (max) | "
+        "schedule steps left (max) | L_p(θ_p) | λ_p |",
+        "|---:|---:|---:|---|---:|---:|---:|---:|",
     ]
     for row in budgets:
         tokens = ", ".join(f"{t:,.0f}" for t in row["backbone_tokens"]) or "not recorded"
         cells = [_fmt(row[k]) for k in ("pretrain_lr_after", "pretrain_schedule_left", "lp_before", "lambda_p")]
-        lines.append(f"| {row['budget']:,.0f} | {row['runs']} | {tokens} | " + " | ".join(cells) + " |")
-    lines += ["", f"Numbers: [`{link}/inflection.json`]({link}/inflection.json).", ""]
+        lines.append(
+            f"| {row['budget']:,.0f} | {row['runs']} | {row['backbones']} | {tokens} | " + " | ".join(cells) + " |"
+        )
+    lines += [""] + trend_section(trends or [])
+    lines += [f"Numbers: [`{link}/inflection.json`]({link}/inflection.json).", ""]
     lines += [f"![{caption}]({link}/{file})" for file, caption in figures]
     return lines + [""]
 
 
-def _setting(axes: dict[str, Any], leave_out: str = "") -> str:
+def _setting(axes: dict[str, Any], leave_out: str = "", also: Optional[str] = None) -> str:
     """The other axes' values as a label: ``lr=0.001`` (the last part of each dotted key)."""
-    return ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in axes.items() if k != leave_out)
+    return ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in axes.items() if k not in (leave_out, also))
 
 
 def _fmt(value: Optional[float]) -> str:
@@ -218,10 +292,12 @@ def draw_figures(
         key=lambda k: float(k.split("/g")[1]),
     )
     if gammas:
-        _per_budget(records, axis, gammas, folder / "b_probe.png", "ΔL_p of θ_p under Gaussian noise")
+        _per_budget(
+            one_per_backbone(records, axis), axis, gammas, folder / "b_probe.png", "ΔL_p of θ_p under Gaussian noise"
+        )
         figures.append(("b_probe.png", "(b) ΔL_p(γ) of the pre-trained checkpoint against the budget"))
     if _has(records, "lambda_p"):
-        _per_budget(records, axis, ["lambda_p"], folder / "c_lambda_p.png", "λ_p of θ_p")
+        _per_budget(one_per_backbone(records, axis), axis, ["lambda_p"], folder / "c_lambda_p.png", "λ_p of θ_p")
         figures.append(("c_lambda_p.png", "(c) λ_p of the pre-trained checkpoint against the budget"))
     for index, metric in enumerate(m for m in task_metrics if _has(records, m)):
         file = f"d{index + 1}_{metric.replace('/', '_')}.png"
@@ -253,23 +329,54 @@ def _by_group(
     reference: str = "",
     points: Optional[dict[str, float]] = None,
 ) -> None:
-    groups: dict[str, list[dict[str, Any]]] = {}
+    """One curve per setting of the other axes; with two or more other axes, one panel per value of the first
+    (e.g. the regularisation level), the curves of a panel the rest (the learning rates), on a shared y axis."""
+    others = [a for a in records[0]["axes"] if a != axis] if records else []
+    panel_axis = others[0] if len(others) > 1 else None
+    panels: dict[str, list[dict[str, Any]]] = {}
     for r in records:
+        panels.setdefault("" if panel_axis is None else f"{panel_axis}={r['axes'][panel_axis]}", []).append(r)
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.4 * len(panels), 4.2), sharey=True, squeeze=False)
+    for ax, (title, runs) in zip(axes[0], panels.items()):
+        _draw_groups(ax, runs, axis, metric, points or {}, panel_axis)
+        if reference and _has(runs, reference):
+            x, y, _ = _curve(runs, axis, reference)
+            ax.plot(x, y, "k--", lw=1, label="before fine-tuning (θ_p)")
+        if title:
+            ax.set_title(title.split("=")[0].rsplit(".", 1)[-1] + "=" + title.split("=", 1)[1], fontsize=9)
+    for index, ax in enumerate(axes[0]):
+        _style(ax, axis, f"{metric}\n(mean ± std over seeds)" if index == 0 else "")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _style(ax: Any, axis: str, ylabel: str) -> None:
+    ax.set_xscale("log")
+    ax.set_xlabel(f"{axis} (pre-training tokens)")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+def _draw_groups(
+    ax: Any, runs: list[dict[str, Any]], axis: str, metric: str, points: dict[str, float], panel_axis: Optional[str]
+) -> None:
+    """A panel's curves, one per setting of the other axes; a star on a curve's inflection point (``points`` is
+    keyed by the full setting label, the panel's axis included)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in runs:
         groups.setdefault(_setting(r["axes"], leave_out=axis), []).append(r)
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
     marked = False
-    for label, runs in sorted(groups.items()):
-        x, y, err = _curve(runs, axis, metric)
-        line = ax.errorbar(x, y, yerr=err, marker="o", ms=4, capsize=3, label=label or metric)
-        point = (points or {}).get(label)
+    for label, members in sorted(groups.items()):
+        x, y, err = _curve(members, axis, metric)
+        shown = _setting(members[0]["axes"], leave_out=axis, also=panel_axis) if panel_axis else label
+        line = ax.errorbar(x, y, yerr=err, marker="o", ms=4, capsize=3, label=shown or metric)
+        point = points.get(label)
         if point in x:
             star = "inflection point (seed mean)" if not marked else None
             ax.plot([point], [y[x.index(point)]], "*", ms=14, color=line[0].get_color(), mec="k", label=star)
             marked = True
-    if reference and _has(records, reference):
-        x, y, _ = _curve(records, axis, reference)
-        ax.plot(x, y, "k--", lw=1, label="before fine-tuning (θ_p)")
-    _finish(fig, ax, axis, f"{metric}\n(mean ± std over seeds)", path)
 
 
 def _per_budget(records: list[dict[str, Any]], axis: str, metrics: list[str], path: Path, ylabel: str) -> None:
@@ -278,15 +385,11 @@ def _per_budget(records: list[dict[str, Any]], axis: str, metrics: list[str], pa
         x, y, err = _curve(records, axis, metric)
         label = f"γ = {metric.split('/g')[1]}" if "/g" in metric else metric
         ax.errorbar(x, y, yerr=err, marker="o", ms=4, capsize=3, label=label)
-    _finish(fig, ax, axis, f"{ylabel}\n(mean ± std over runs)", path)
+    _finish(fig, ax, axis, f"{ylabel}\n(mean ± std over pre-trained models)", path)
 
 
 def _finish(fig: Any, ax: Any, axis: str, ylabel: str, path: Path) -> None:
-    ax.set_xscale("log")
-    ax.set_xlabel(f"{axis} (pre-training tokens)")
-    ax.set_ylabel(ylabel)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    _style(ax, axis, ylabel)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -107,7 +107,8 @@ def _planned(
     where = f"{study_file} [cell {cell.name}]"
     slot = f"seed-{seed}" if draw is None else f"seed-{seed}-loo-{draw}"
     run_dir = spec.directory / "runs" / cell.name / slot
-    fixed: dict[str, Any] = {"run.seed": seed, "run.output_dir": str(run_dir)}
+    fixed: dict[str, Any] = {key: seed for key in spec.seed_keys}
+    fixed["run.output_dir"] = str(run_dir)
     fixed["run.name"] = f"{cell.name}-seed{seed}" + ("" if draw is None else f"-loo{draw}")
     raw = copy.deepcopy(raw_base)
     try:

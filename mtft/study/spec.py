@@ -14,6 +14,7 @@ from typing import Any, Iterable, Literal, Optional, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from mtft.config.load import parse_override, read_yaml_mapping, set_dotted
+from mtft.config.schema import check_count_or_fraction
 from mtft.core.errors import ConfigError, echo, shorten
 from mtft.core.paths import name_problem, name_value
 from mtft.study.failure import pattern_problem
@@ -49,8 +50,7 @@ class LeaveOneOutSection(_Section):
 
     @model_validator(mode="after")
     def _count_or_fraction(self) -> "LeaveOneOutSection":
-        if (self.count is None) == (self.fraction is None):
-            raise ValueError("give exactly one of count: N and fraction: F")
+        check_count_or_fraction(self.count, self.fraction)
         return self
 
     def leave_out(self, draw: int) -> dict[str, Any]:
@@ -120,6 +120,11 @@ class StudySpec(_Section):
     )
     seeds: Optional[list[int]] = Field(None, description="Fine-tuning seeds (run.seed) of every cell.")
     num_seeds: Optional[int] = Field(None, ge=1, description="Seeds 0..num_seeds-1 (instead of seeds).")
+    seed_keys: list[str] = Field(
+        default_factory=lambda: ["run.seed"],
+        description="Run-config keys every seed sets (run.seed always among them), e.g. [run.seed, pretrain.seed]: "
+        "each seed then pre-trains its own backbone too, so the spread over seeds includes the backbone's.",
+    )
     metrics: list[str] = Field(
         default_factory=lambda: ["*"],
         description="Metrics to aggregate: keys of a run's metrics.json (fnmatch patterns allowed, e.g. "
@@ -168,6 +173,18 @@ class StudySpec(_Section):
                 raise ValueError(f"axis '{key}' lists a value twice: {echo(values)}")
         return value
 
+    @field_validator("seed_keys")
+    @classmethod
+    def _seed_keys(cls, value: list[str]) -> list[str]:
+        if "run.seed" not in value:
+            raise ValueError(f"must include run.seed (the fine-tuning seed each run is named by), got {echo(value)}")
+        if len(set(value)) != len(value):
+            raise ValueError(f"a key is listed twice: {echo(value)}")
+        for key in value:
+            if not key.endswith(".seed"):
+                raise ValueError(f"'{key}' is not a seed: seed_keys lists run-config keys ending in '.seed'")
+        return value
+
     @field_validator("failure")
     @classmethod
     def _task_metrics(cls, value: list[str]) -> list[str]:
@@ -205,6 +222,9 @@ class StudySpec(_Section):
         names = [v.name for v in self.variants]
         if len(set(names)) != len(names):
             raise ValueError(f"variants: a name is used twice: {names}")
+        for key in self.seed_keys:
+            if key in self.grid or key in self.overrides:
+                raise ValueError(f"'{key}' is set by every seed (seed_keys); it cannot also be a grid axis or override")
         if self.baseline:
             self._check_coordinates(self.baseline, "baseline")
         for index, entry in enumerate(self.exclude):

@@ -46,7 +46,16 @@ def full_state_dict(engine) -> dict[str, torch.Tensor]:
         import deepspeed
 
         with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None):
-            return {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
+            # one copy per gathered tensor: tied weights (a masked-LM's decoder and word embeddings) stay one
+            # storage, which save_pretrained writes once, as it does from an unpartitioned model
+            copies: dict[tuple, torch.Tensor] = {}
+            state = {}
+            for k, v in module.state_dict().items():
+                key = (v.data_ptr(), tuple(v.shape), v.dtype)
+                if key not in copies:
+                    copies[key] = v.detach().cpu().clone()
+                state[k] = copies[key]
+            return state
     return {k: v.detach().cpu().contiguous() for k, v in module.state_dict().items()}
 
 

@@ -20,19 +20,12 @@ from mtft.models.backbone import check_backbone
 from mtft.tasks.kinds import head_class
 from mtft.training.checkpoint import saved_world_size
 from mtft.training.engine import deepspeed_config
-from mtft.training.pretrain import refuse_zero3
 from mtft.training.setup import check_mhloss, check_output_dir
 
 
 def preflight(config: RunConfig) -> Optional[Path]:
     """Check a fine-tuning run (``run.stage: finetune``) and return the checkpoint to resume from (None: step 0)."""
     deepspeed_config(config, int(os.environ.get("WORLD_SIZE", 1)))  # the DeepSpeed JSON and the precision
-    masked_lm_stages = {
-        "pretrain.before_finetune": config.pretrain.before_finetune,
-        "stability.surt": config.stability.surt.enabled,
-    }
-    for stage in (name for name, enabled in masked_lm_stages.items() if enabled):
-        refuse_zero3(config, stage)  # one rule, whether the stage's cache entry is filled or not
     resume_from = check_output_dir(config)
     if resume_from is not None:
         check_world_size(resume_from, int(os.environ.get("WORLD_SIZE", 1)))
@@ -72,7 +65,6 @@ def preflight_pretrain(config: RunConfig) -> None:
             "run.stage=pretrain cannot resume; its checkpoints are complete Hugging Face folders "
             "to fine-tune or probe, and a new run.output_dir starts it again"
         )
-    refuse_zero3(config, "run.stage=pretrain")
     check_output_dir(config)
     check_backbone(config.model)
     check_corpus_files(config, config.corpus.languages, pretraining=True)

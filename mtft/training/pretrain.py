@@ -28,7 +28,6 @@ from typing import Callable, Optional, Sequence
 import torch
 from transformers import AutoModelForMaskedLM
 
-from mtft.config.deepspeed import zero_stage
 from mtft.config.paths import cache_dir
 from mtft.config.schema import RunConfig, WeightingSection
 from mtft.core.atomic import AtomicFolder, write_json
@@ -51,19 +50,6 @@ from mtft.training.stage_cache import from_cache_or_fill, stage_key
 PRETRAIN_VERSION = "3"  # bump when pre-training changes what it produces, to invalidate cached checkpoints
 
 
-def refuse_zero3(config: RunConfig, stage: str) -> None:
-    """The one rule for the masked-LM stages under ZeRO-3 (``run.stage: pretrain``, ``pretrain.before_finetune``,
-    ``stability.surt``), whether or not their cache entry is filled: refused. The stage evaluates L_p on, and
-    saves, the whole model on every rank (:meth:`Pretraining.evaluate`), which ZeRO-3 keeps partitioned between
-    forward passes; and a fine-tuning run that only read a cached backbone would depend on which run filled the
-    cache. Checked at preflight, before the process group starts."""
-    if zero_stage(config) == 3:
-        raise ConfigError(
-            f"{stage} trains a masked-LM with the run's DeepSpeed config and needs the full weights on every rank, "
-            f"which ZeRO-3 partitions: use ZeRO stage 0-2, not 3 (from {config.training.deepspeed_config})"
-        )
-
-
 class Pretraining:
     """Corpus, tokenizer, blocks and model factory of one pre-training set-up (``config.pretrain``)."""
 
@@ -81,7 +67,6 @@ class Pretraining:
         surt.py): no corpus is read, L_p is not evaluated, and the backbone must bring its own masked-LM head."""
         self.config, self.languages, self.proc = config, languages, proc
         self.retraining = training_texts is not None
-        refuse_zero3(config, "stability.surt" if self.retraining else "pre-training")  # preflight refused it first
         p = config.pretrain
         self.block_size = p.block_size or config.data.max_length
         if training_texts is not None:

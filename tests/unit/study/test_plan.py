@@ -118,6 +118,19 @@ def test_clashing_axis_names_and_values_stay_apart(tmp_path):
     assert len(set(names)) == 2 and all(n.startswith("training.optimizer.lr-0.001_pretrain") for n in names)
 
 
+def test_seed_keys_set_every_listed_seed_to_the_runs_seed(tmp_path):
+    """By default a seed is the fine-tuning seed only (the runs of a cell share one pre-trained backbone); with
+    ``seed_keys: [run.seed, pretrain.seed]`` each seed pre-trains its own backbone too."""
+    _, shared = plan(write_study(tmp_path))
+    configs = [yaml.safe_load(run.config_yaml) for run in shared]
+    assert [c["run"]["seed"] for c in configs] == [0, 1, 0, 1]
+    assert {c["pretrain"]["seed"] for c in configs} == {0}  # the run config's own, whatever the seed
+    _, own = plan(write_study(tmp_path, seeds=[3, 5], seed_keys=["run.seed", "pretrain.seed"]))
+    configs = [yaml.safe_load(run.config_yaml) for run in own]
+    assert [(c["run"]["seed"], c["pretrain"]["seed"]) for c in configs] == [(3, 3), (5, 5), (3, 3), (5, 5)]
+    assert [run.run_dir.name for run in own] == ["seed-3", "seed-5", "seed-3", "seed-5"]
+
+
 @pytest.mark.parametrize(
     "fields, message",
     [
@@ -142,6 +155,10 @@ def test_clashing_axis_names_and_values_stay_apart(tmp_path):
         ({"variants": [{"name": "../x"}]}, "variant name"),
         ({"overrides": {"run.resume": True}}, "decided by the study"),
         ({"base": "missing.yaml"}, "not found"),
+        ({"seed_keys": ["pretrain.seed"]}, "must include run.seed"),
+        ({"seed_keys": ["run.seed", "training.optimizer.lr"]}, "'training.optimizer.lr' is not a seed"),
+        ({"seed_keys": ["run.seed", "pretrain.seed", "pretrain.seed"]}, "listed twice"),
+        ({"seed_keys": ["run.seed", "pretrain.seed"], "grid": {"pretrain.seed": [0, 1]}}, "cannot also be a grid"),
     ],
 )
 def test_bad_study_one_line_naming_the_problem(tmp_path, fields, message):

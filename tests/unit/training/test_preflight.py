@@ -88,26 +88,6 @@ CASES = {
         DataError,
         "corpus.path: no such folder",
     ),
-    "pre-training first under ZeRO-3 (cached or not)": (
-        lambda t: {
-            "pretrain": {"before_finetune": True},
-            "corpus": {"languages": ["en"]},
-            "training": {"deepspeed_config": str(REPO / "configs/deepspeed/zero3.json")},
-            "weighting": {"method": "mean"},
-        },
-        ConfigError,
-        "pretrain.before_finetune .*use ZeRO stage 0-2, not 3",
-    ),
-    "SURT under ZeRO-3 (cached or not)": (
-        lambda t: {
-            "stability": {"surt": {"enabled": True}},
-            "model": {"backbone": "org/model"},
-            "training": {"deepspeed_config": str(REPO / "configs/deepspeed/zero3.json")},
-            "weighting": {"method": "mean"},
-        },
-        ConfigError,
-        "^stability.surt trains a masked-LM .*use ZeRO stage 0-2, not 3",
-    ),
     "MHLoss on a token classification task": (
         lambda t: {
             "stability": {"heads": 5},
@@ -146,9 +126,6 @@ def test_pretraining_is_checked_first_too(tmp_path, nothing_heavy):
         ).execute()
     with pytest.raises(ConfigError, match="cannot resume"):
         pretrain.PretrainRun(config(tmp_path, run={"stage": "pretrain", "resume": True}, corpus=corpus)).execute()
-    zero3 = {"deepspeed_config": str(REPO / "configs/deepspeed/zero3.json")}
-    with pytest.raises(ConfigError, match="^run.stage=pretrain trains a masked-LM .*use ZeRO stage 0-2, not 3"):
-        pretrain.PretrainRun(config(tmp_path, run={"stage": "pretrain"}, corpus=corpus, training=zero3)).execute()
 
 
 def test_backbone_locations(tmp_path, monkeypatch):
