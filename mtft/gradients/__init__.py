@@ -1,7 +1,8 @@
 """Per-objective gradients of the shared parameters, exact and at about one backward pass."""
 
-from mtft.gradients.per_objective import PerObjectiveGradients, full_numel, full_shape
+from mtft.gradients.per_objective import PerObjectiveGradients
 from mtft.gradients.reference import reference_objective_gradients
+from mtft.gradients.shapes import full_numel, full_shape
 from mtft.gradients.sharded import ShardedGradients
 
 __all__ = ["PerObjectiveGradients", "ShardedGradients", "full_numel", "full_shape", "reference_objective_gradients"]

@@ -31,6 +31,7 @@ from torch import nn
 from mtft.adapters.multi_lora.layer import RoutedLoraB
 from mtft.core.rows import row_labels
 from mtft.gradients.row_sparse import RowSparseBuffer
+from mtft.gradients.shapes import full_numel, full_shape
 from mtft.models.multihead import MultiLinear
 
 SUPPORTED = (nn.Linear, nn.Embedding, nn.LayerNorm, RoutedLoraB, MultiLinear)
@@ -43,18 +44,6 @@ ROW_SPARSE = (nn.Embedding, RoutedLoraB)
 METRIC_CHUNK = 1 << 20
 # (objective, its rows): a slice when the batch is sorted by objective, else an index tensor.
 Segments = Sequence[tuple[int, Union[slice, torch.Tensor]]]
-
-
-def full_shape(param: torch.Tensor) -> torch.Size:
-    """A parameter's shape, also under ZeRO-3, whose ``param.data`` is an empty placeholder outside its module's
-    forward and backward (DeepSpeed keeps the shape in ``ds_shape``). The buffers are shaped by it and never read
-    the parameter's values, so they are built and written while the parameter is partitioned."""
-    return getattr(param, "ds_shape", param.shape)
-
-
-def full_numel(param: torch.Tensor) -> int:
-    """A parameter's number of elements, also under ZeRO-3 (see :func:`full_shape`)."""
-    return int(getattr(param, "ds_numel", param.numel()))
 
 
 class GradientSink(Protocol):

@@ -40,14 +40,8 @@ import torch
 from torch import nn
 
 from mtft.core.distributed import all_gather, reduce_scatter
-from mtft.gradients.per_objective import (
-    PerObjectiveGradients,
-    full_numel,
-    full_shape,
-    gram_of_blocks,
-    matvec,
-    weighted_sum,
-)
+from mtft.gradients.per_objective import PerObjectiveGradients, gram_of_blocks, matvec, weighted_sum
+from mtft.gradients.shapes import full_numel, full_shape
 
 Block = tuple[torch.Tensor, Optional[torch.Tensor]]
 
