@@ -589,7 +589,10 @@ class ForgettingSection(Section):
         "(one Hessian-vector product per measurement), where F_p is measured as well for comparison.",
     )
     eigen_method: Literal["power", "lanczos"] = Field(
-        "power", description="λ_p by power iteration or by Lanczos (scipy's ARPACK eigsh) on Hessian-vector products."
+        "lanczos",
+        description="λ_p by Lanczos (restarted, the largest algebraic eigenvalue) or by power iteration on "
+        "Hessian-vector products. Power iteration converges to the eigenvalue of largest magnitude first and needs a "
+        "second, shifted pass when that one is negative, which its budget often does not cover.",
     )
     eigen_iterations: int = Field(100, ge=2, description="Most Hessian-vector products spent on λ_p.")
     eigen_tol: float = Field(1e-3, gt=0.0, lt=1.0, description="λ_p has converged when ||Hv − λv|| ≤ tol·|λ|.")

@@ -43,7 +43,7 @@ from mtft.forgetting.probe import gaussian_probe, init_stds, probe_lp, write_pro
 from mtft.forgetting.replica import EncoderReplica
 from mtft.reporting.logs import logger
 
-LAMBDA_VERSION = "1"
+LAMBDA_VERSION = "2"  # 2: Lanczos restarted by mtft itself, within the product budget (was ARPACK)
 FRESH_HEAD = "a freshly initialised masked-LM head (the tiny encoder is not pre-trained here)"
 
 

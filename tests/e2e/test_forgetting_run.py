@@ -367,7 +367,6 @@ def test_zero3_monitors_on_two_processes_match_one_process(tmp_path, method):
         for key, value in x.items():
             if key != "seconds" and isinstance(value, float):
                 assert y[key] == pytest.approx(value, rel=1e-3, abs=1e-6), (x["step"], key)  # seen: 5e-4
-    assert all(e["ranks_in_sync"] for e in events_of(two, "sync"))
     probes = [json.loads((out / "probe.json").read_text()) for out in (one, two)]
     assert [r["model"] for r in probes[0]] == [r["model"] for r in probes[1]] and probes[0]
     for x, y in zip(*probes):
