@@ -12,8 +12,12 @@ every rank: a Gram is a sum over coordinates, G = Σ_shards G^(shard). So
    restricted to its columns, each product in the buffers' dtype, summed in float64 as the unsharded Gram is) and
    the T × T partials are all-reduced: T² floats;
 3. every rank solves the same Gram for the same weights w;
-4. rank r combines Σ_t w_t ḡ_t on its shard and the shards are all-gathered (P floats) into the gradient the
-   optimizer steps with, identical on every rank.
+4. rank r combines Σ_t w_t ḡ_t on its shard. The optimizer step needs it on the parameters, and the engine
+   averages every gradient over the ranks anyway (DeepSpeed's all-reduce under ZeRO-0/1, its reduce-scatter into
+   the optimizer's partitions under ZeRO-2): so rank r hands the engine N × its part, zeros elsewhere
+   (:meth:`contribution`), and that average *is* Σ_t w_t ḡ_t -- each coordinate non-zero on one rank only, exactly
+   when N is a power of two -- on every rank or in every optimizer partition, without the all-gather of P floats
+   that :meth:`combine` (the whole gradient on every rank) costs.
 
 Row-sparse weights (embedding tables, the Multi-LoRA B's) stay out of the shards: their buffers hold the rows the
 step touched only (:mod:`mtft.gradients.row_sparse`), are all-reduced over the union of the ranks' touched rows
@@ -27,7 +31,8 @@ whose output reaches the loss, found by walking the autograd graph); the layers 
 registration order -- the order in which a backward pass reaches them -- each as soon as it and every layer before
 it in that order are complete on this rank (a layer out of order waits in its staging buffer). A layer that does
 not run on this rank (a head without rows here) sends zeros. Per step: one reduce-scatter of present-T × P_layer
-per layer and micro-batch (what ZeRO-2 does with its gradient buckets), a T × T all-reduce, one all-gather of P.
+per layer and micro-batch (what ZeRO-2 does with its gradient buckets), a T × T all-reduce, and the engine's own
+gradient reduction, which a plain step pays too.
 Memory: the T × P/N shard, the staging of the layers in flight, the row-sparse buffers.
 """
 
@@ -248,6 +253,20 @@ class ShardedGradients:
         out = self.collector.combine(weights) if self.collector.sparse else {}
         for layer in self.layers:
             row = gathered[:, layer.base : layer.base + layer.part].reshape(-1)
+            for p, offset in zip(layer.params, layer.offsets):
+                out[p] = row[offset : offset + p.numel()].view_as(p)
+        return out
+
+    def contribution(self, weights: torch.Tensor) -> dict[torch.Tensor, torch.Tensor]:
+        """This rank's share of Σ_t w_t ḡ_t for a gradient the engine averages over the ranks: N × this rank's part
+        of every layer, zeros in the other ranks' parts, so that the average over ranks is :meth:`combine`'s result
+        (each coordinate is non-zero on one rank only; N·x / N is exact when N is a power of two). The row-sparse
+        weights' whole combination, identical on every rank, averages to itself."""
+        local = weighted_sum(weights, self.shard) * self.world_size
+        out = self.collector.combine(weights) if self.collector.sparse else {}
+        for layer in self.layers:
+            row = torch.zeros(self.world_size * layer.part, dtype=local.dtype, device=local.device)
+            row[self.rank * layer.part : (self.rank + 1) * layer.part] = local[layer.base : layer.base + layer.part]
             for p, offset in zip(layer.params, layer.offsets):
                 out[p] = row[offset : offset + p.numel()].view_as(p)
         return out

@@ -8,8 +8,9 @@
    (:class:`~mtft.gradients.ShardedGradients`): during the backward pass each layer's per-objective gradients
    are reduce-scattered as soon as they are written, so a rank holds 1/N of every g_t and never all T × P; each
    rank forms the partial Gram on its shard, the T × T partials are all-reduced, and the combination of step 4
-   is formed on the shards and all-gathered -- the same Gram and gradient, identical on every rank, for T × P
-   floats reduce-scattered + T² + P of traffic instead of an all-reduce of T × P.
+   is formed on the shards, each rank handing the engine its part (× N, zeros elsewhere) for the engine's own
+   gradient averaging to complete -- the same Gram and gradient, identical on every rank, for T × P floats
+   reduce-scattered + T² of traffic beyond a plain step's instead of an all-reduce of T × P.
 3. Gram of the shared parameters → weights w (objectives absent from the step are dropped).
 4. Write the update: one backward pass of the surrogate Σ_θ ⟨θ, Σ_t w_t g_t^θ⟩, whose gradient is exactly the
    gradient of Σ_t w_t L_t. It goes through ``engine.backward`` so DeepSpeed's ZeRO 0–2 gradient hooks,
@@ -147,7 +148,8 @@ class GramWeightedStep:
                 f"({np.array2string(w, precision=3, threshold=8)}); the update was not applied"
             )
         weights[present] = torch.as_tensor(w)
-        combined = gradients.combine(weights * scale)
+        # sharded: this rank's part (× N), which the engine's own averaging over the ranks completes (no all-gather)
+        combined = (self.sharded.contribution if self.sharded is not None else gradients.combine)(weights * scale)
         surrogate = sum((p * combined[p].to(p.dtype)).sum() for p in combined)
         before = {p: p.detach().clone() for p in self.collector.names} if self.descent_check else None
         self.engine.backward(surrogate)

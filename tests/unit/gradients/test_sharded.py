@@ -142,6 +142,17 @@ def _check_rank(rank: int, dtype: torch.dtype) -> None:
     untouched = torch.ones(37, dtype=torch.bool)
     untouched[collector.touched_rows(model.embedding.weight)] = False
     assert untouched.any() and (combined[model.embedding.weight][untouched] == 0).all()
+    # what the step hands the engine instead: N × this rank's part, zeros elsewhere; averaged over the ranks (as
+    # the engine averages every gradient) it is the combined gradient bit for bit (WORLD = 2, a power of two)
+    contribution = sharded.contribution(weights)
+    assert set(contribution) == set(combined)
+    for p in params:
+        averaged = contribution[p].clone()
+        torch.distributed.all_reduce(averaged)
+        assert torch.equal(averaged / WORLD, combined[p]), [n for n, q in by_name.items() if q is p]
+    dense = [p for p in params if p is not model.embedding.weight]
+    mine = sum(int((contribution[p] != 0).sum()) for p in dense)
+    assert 0 < mine < sum(int((combined[p] != 0).sum()) for p in dense)  # this rank's part only
 
     def on_reference(case):
         params, only_rows, metric = case
