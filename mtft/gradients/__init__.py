@@ -2,6 +2,7 @@
 
 from mtft.gradients.per_objective import PerObjectiveGradients
 from mtft.gradients.reference import reference_objective_gradients
+from mtft.gradients.shapes import full_numel, full_shape
 from mtft.gradients.sharded import ShardedGradients
 
-__all__ = ["PerObjectiveGradients", "ShardedGradients", "reference_objective_gradients"]
+__all__ = ["PerObjectiveGradients", "ShardedGradients", "full_numel", "full_shape", "reference_objective_gradients"]

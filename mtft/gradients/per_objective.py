@@ -31,6 +31,7 @@ from torch import nn
 from mtft.adapters.multi_lora.layer import RoutedLoraB
 from mtft.core.rows import row_labels
 from mtft.gradients.row_sparse import RowSparseBuffer
+from mtft.gradients.shapes import full_numel, full_shape
 from mtft.models.multihead import MultiLinear
 
 SUPPORTED = (nn.Linear, nn.Embedding, nn.LayerNorm, RoutedLoraB, MultiLinear)
@@ -101,7 +102,7 @@ class PerObjectiveGradients:
             p: RowSparseBuffer(p, num_objectives, dtype) for p in self.embeddings
         }
         params = [p for p in self.names if p not in self.sparse] if dense_in_buffer else []
-        sizes = [p.numel() for p in params]
+        sizes = [full_numel(p) for p in params]
         self.width = sum(sizes)  # P (dense)
         device = first.device if first is not None else None
         self.flat = torch.zeros(num_objectives, self.width, dtype=dtype, device=device)
@@ -110,7 +111,7 @@ class PerObjectiveGradients:
         self.index: dict[torch.Tensor, int] = {p: i for i, p in enumerate(params)}
         offset = 0
         for p, size in zip(params, sizes):
-            self.views[p] = self.flat[:, offset : offset + size].view(num_objectives, *p.shape)
+            self.views[p] = self.flat[:, offset : offset + size].view(num_objectives, *full_shape(p))
             offset += size
         self._handles: list[torch.utils.hooks.RemovableHandle] = []
         self._active = False
@@ -157,7 +158,7 @@ class PerObjectiveGradients:
                     self._touched.add((self.index[p], t))
         if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
             for p, buffer in self.sparse.items():
-                union = torch.zeros(p.shape[0], dtype=torch.float32, device=p.device)
+                union = torch.zeros(buffer.shape[0], dtype=torch.float32, device=p.device)
                 union[buffer.rows] = 1
                 torch.distributed.all_reduce(union)
                 buffer.slots(union.nonzero(as_tuple=True)[0])
@@ -338,13 +339,13 @@ class PerObjectiveGradients:
         dense = weighted_sum(weights, self.flat)
         out, offset = {}, 0
         for p in self.views:
-            out[p] = dense[offset : offset + p.numel()].view_as(p)
-            offset += p.numel()
+            out[p] = dense[offset : offset + full_numel(p)].view(full_shape(p))
+            offset += full_numel(p)
         for p, buffer in self.sparse.items():
             rows = buffer.touched()
-            out[p] = torch.zeros(p.shape, dtype=dense.dtype, device=self.flat.device)
+            out[p] = torch.zeros(buffer.shape, dtype=dense.dtype, device=self.flat.device)
             block = buffer.block(rows).reshape(self.num_objectives, -1)
-            out[p][rows] = weighted_sum(weights, block).view(len(rows), *p.shape[1:])
+            out[p][rows] = weighted_sum(weights, block).view(len(rows), *buffer.shape[1:])
         return out
 
     def dot(self, vectors: dict[torch.Tensor, torch.Tensor]) -> torch.Tensor:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import torch
 
+from mtft.gradients.shapes import full_shape
+
 
 class RowSparseBuffer:
     def __init__(self, param: torch.Tensor, num_objectives: int, dtype: torch.dtype, capacity: int = 64):
-        self.shape = tuple(param.shape)
+        self.shape = tuple(full_shape(param))  # ZeRO-3: the partitioned weight's own shape
         self.num_objectives = num_objectives
         self.store = torch.zeros(num_objectives, min(capacity, self.shape[0]), *self.shape[1:], dtype=dtype)
         self.store = self.store.to(param.device)

@@ -14,10 +14,12 @@ every rank: a Gram is a sum over coordinates, G = Σ_shards G^(shard). So
 3. every rank solves the same Gram for the same weights w;
 4. rank r combines Σ_t w_t ḡ_t on its shard. The optimizer step needs it on the parameters, and the engine
    averages every gradient over the ranks anyway (DeepSpeed's all-reduce under ZeRO-0/1, its reduce-scatter into
-   the optimizer's partitions under ZeRO-2): so rank r hands the engine N × its part, zeros elsewhere
-   (:meth:`contribution`), and that average *is* Σ_t w_t ḡ_t -- each coordinate non-zero on one rank only, exactly
-   when N is a power of two -- on every rank or in every optimizer partition, without the all-gather of P floats
-   that :meth:`combine` (the whole gradient on every rank) costs.
+   the optimizer's partitions under ZeRO-2, into the parameters' partitions under ZeRO-3): so rank r hands the
+   engine N × its part, zeros elsewhere (:meth:`contribution`), and that average *is* Σ_t w_t ḡ_t, on every rank or
+   in every partition, without the all-gather of P floats that :meth:`combine` (the whole gradient on every rank)
+   costs. Each coordinate is non-zero on one rank only, so the sum adds zeros and is exact; the 1/N scaling undoes
+   the N exactly when N is a power of two (a power-of-two factor only moves the exponent) and to within an ulp or
+   two otherwise (N·x and the division by N each round).
 
 Row-sparse weights (embedding tables, the Multi-LoRA B's) stay out of the shards: their buffers hold the rows the
 step touched only (:mod:`mtft.gradients.row_sparse`), are all-reduced over the union of the ranks' touched rows
@@ -46,6 +48,7 @@ from torch import nn
 
 from mtft.core.distributed import all_gather, reduce_scatter
 from mtft.gradients.per_objective import PerObjectiveGradients, gram_of_blocks, matvec, weighted_sum
+from mtft.gradients.shapes import full_numel, full_shape
 
 Block = tuple[torch.Tensor, Optional[torch.Tensor]]
 
@@ -84,14 +87,14 @@ class ShardedGradients:
             )
             if not params:
                 continue
-            offsets = tuple(sum(q.numel() for q in params[:i]) for i in range(len(params)))
-            size = sum(p.numel() for p in params)
+            offsets = tuple(sum(full_numel(q) for q in params[:i]) for i in range(len(params)))
+            size = sum(full_numel(p) for p in params)
             part = -(-size // world_size)
             layer = _Layer(module, params, offsets, size, part, base)
             self.layers.append(layer)
             first, last = rank * part, (rank + 1) * part  # this rank's columns of the module's row
             for p, offset in zip(params, offsets):
-                start, stop = max(first, offset), min(last, offset + p.numel())
+                start, stop = max(first, offset), min(last, offset + full_numel(p))
                 if start < stop:
                     self.columns[p] = (base + start - first, base + stop - first, start - offset, stop - offset)
             base += part
@@ -150,7 +153,7 @@ class ShardedGradients:
             stage = self._staging[i] = self._zeros(self.layers[i])
             in_flight = sum(s.numel() * s.element_size() for s in self._staging.values())
             self.peak_staging_bytes = max(self.peak_staging_bytes, in_flight)
-        return stage[self._row_of[t], offset : offset + param.numel()].view(param.shape)
+        return stage[self._row_of[t], offset : offset + full_numel(param)].view(full_shape(param))
 
     def _zeros(self, layer: _Layer) -> torch.Tensor:
         """A layer's staging buffer: a row per objective present in the micro-batch, N parts of columns."""
@@ -245,7 +248,9 @@ class ShardedGradients:
 
     def combine(self, weights: torch.Tensor) -> dict[torch.Tensor, torch.Tensor]:
         """Σ_t w_t ḡ_t for every parameter: formed on this shard, then all-gathered, so every rank holds the same
-        full gradient; the row-sparse weights' from their whole buffers (zero on rows no rank touched)."""
+        full gradient; the row-sparse weights' from their whole buffers (zero on rows no rank touched). The step
+        hands the engine :meth:`contribution` instead, which the engine's averaging turns into this without the
+        all-gather of P floats; this is what that average is checked against."""
         local = weighted_sum(weights, self.shard)
         gathered = torch.empty(self.world_size * local.numel(), dtype=local.dtype, device=local.device)
         all_gather(gathered, local)
@@ -254,21 +259,30 @@ class ShardedGradients:
         for layer in self.layers:
             row = gathered[:, layer.base : layer.base + layer.part].reshape(-1)
             for p, offset in zip(layer.params, layer.offsets):
-                out[p] = row[offset : offset + p.numel()].view_as(p)
+                out[p] = row[offset : offset + full_numel(p)].view(full_shape(p))
         return out
 
     def contribution(self, weights: torch.Tensor) -> dict[torch.Tensor, torch.Tensor]:
         """This rank's share of Σ_t w_t ḡ_t for a gradient the engine averages over the ranks: N × this rank's part
-        of every layer, zeros in the other ranks' parts, so that the average over ranks is :meth:`combine`'s result
-        (each coordinate is non-zero on one rank only; N·x / N is exact when N is a power of two). The row-sparse
-        weights' whole combination, identical on every rank, averages to itself."""
+        of every layer and zeros in the other ranks' parts; the row-sparse weights' whole combination (the same on
+        every rank) × N on rank 0 and zeros on the others. Every coordinate is then non-zero on one rank at most,
+        so the engine's sum over the ranks adds zeros only and is exact in any reduction order, and its average is
+        :meth:`combine`'s result up to the scaling: DeepSpeed multiplies by 1/N or divides by N (before or after
+        the sum, depending on the stage), and (N·x)/N = x bit for bit when N is a power of two -- scaling by a power
+        of two only shifts the exponent (barring overflow and subnormals) -- while for other N both N·x and the
+        division round, leaving x to within an ulp or two, round-off far below the gradients' own."""
         local = weighted_sum(weights, self.shard) * self.world_size
         out = self.collector.combine(weights) if self.collector.sparse else {}
+        for value in out.values():  # the row-sparse weights' (formed on their touched rows only: cheap to drop)
+            if self.rank == 0:
+                value.mul_(self.world_size)
+            else:
+                value.zero_()
         for layer in self.layers:
             row = torch.zeros(self.world_size * layer.part, dtype=local.dtype, device=local.device)
             row[self.rank * layer.part : (self.rank + 1) * layer.part] = local[layer.base : layer.base + layer.part]
             for p, offset in zip(layer.params, layer.offsets):
-                out[p] = row[offset : offset + p.numel()].view_as(p)
+                out[p] = row[offset : offset + full_numel(p)].view(full_shape(p))
         return out
 
     def dot(self, vectors: dict[torch.Tensor, torch.Tensor]) -> torch.Tensor:

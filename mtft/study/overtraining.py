@@ -141,9 +141,9 @@ def budget_table(records: list[dict[str, Any]], axis: str) -> list[dict[str, Any
     that each budget is its own schedule annealed to zero."""
     rows = []
     for budget in sorted({float(r["axes"][axis]) for r in records if axis in r["axes"]}):
-        runs = [r["metrics"] for r in records if float(r["axes"].get(axis, math.nan)) == budget]
-        row: dict[str, Any] = {"budget": budget, "runs": len(runs)}
-        row["backbones"] = len(one_per_backbone([r for r in records if r["axes"].get(axis) == budget], axis))
+        mine = [r for r in records if float(r["axes"].get(axis, math.nan)) == budget]
+        runs = [r["metrics"] for r in mine]
+        row: dict[str, Any] = {"budget": budget, "runs": len(runs), "backbones": len(one_per_backbone(mine, axis))}
         row["backbone_tokens"] = sorted({m["pretrain_tokens"] for m in runs if "pretrain_tokens" in m})
         for key, reduce in (
             ("pretrain_lr_after", max),

@@ -17,22 +17,17 @@ from mtft.core.errors import ConfigError
 
 
 def deepspeed_config(config: RunConfig, world_size: int) -> dict[str, Any]:
-    from mtft.weighting import weighting_class
-
     training = config.training
     ds = read_deepspeed_json(training.deepspeed_config)
     micro, accumulation = training.micro_batch_size, training.gradient_accumulation_steps
     if config.weighting.per_objective_gradients():
         stage = ds.get("zero_optimization", {}).get("stage", 0)
-        if stage == 3:
-            what = (
-                f"weighting.method={config.weighting.method}"
-                if weighting_class(config.weighting.method).needs_gram
-                else "weighting.descent_check=true"
-            )
+        if stage == 3 and config.weighting.metric == "optimizer":
+            # OptimizerMetric reads AdamW's v from torch's own state or ZeRO-1/2's flat partitions
             raise ConfigError(
-                f"{what} needs every parameter in full on each rank to form per-objective gradients; use ZeRO "
-                f"stage 0, 1 or 2 (not 3, from {training.deepspeed_config})"
+                "weighting.metric=optimizer reads AdamW's state, which ZeRO-3 partitions in a layout it does not "
+                f"read; use weighting.metric=euclidean, or ZeRO stage 0, 1 or 2 (not 3, from "
+                f"{training.deepspeed_config})"
             )
         # The Gram step accumulates the micro-batches itself and hands DeepSpeed one combined gradient.
         micro, accumulation = micro * accumulation, 1

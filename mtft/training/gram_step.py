@@ -13,8 +13,23 @@
    reduce-scattered + T² of traffic beyond a plain step's instead of an all-reduce of T × P.
 3. Gram of the shared parameters → weights w (objectives absent from the step are dropped).
 4. Write the update: one backward pass of the surrogate Σ_θ ⟨θ, Σ_t w_t g_t^θ⟩, whose gradient is exactly the
-   gradient of Σ_t w_t L_t. It goes through ``engine.backward`` so DeepSpeed's ZeRO 0–2 gradient hooks,
-   reduction and clipping run as usual; then ``engine.step()``.
+   gradient of Σ_t w_t L_t. It goes through ``engine.backward`` so DeepSpeed's gradient hooks, reduction and
+   clipping run as usual, then ``engine.step()``. Every rank's gradient is averaged over the ranks by the engine
+   (DeepSpeed's all-reduce under ZeRO-0/1, its reduce-scatter into the optimizer's or the parameters' partitions
+   under ZeRO-2/3): unsharded, the combined gradient is the same on every rank and averages to itself; sharded,
+   each rank hands N × its own part and zeros elsewhere (:meth:`~mtft.gradients.ShardedGradients.contribution`),
+   which averages to the combined gradient -- bit for bit when N is a power of two, to round-off otherwise.
+
+Under ZeRO-3 a parameter's ``data`` is an empty placeholder outside its module's forward and backward. Step 1 then
+runs the module itself with the trainable parameters' ``requires_grad`` off for the forward pass (the same effect
+as the detached call: no ordinary weight gradient), so that DeepSpeed's module hooks gather each layer's
+parameters for its forward and backward and release them after, layer by layer; the per-objective products never
+read a parameter's values, only its shape (``ds_shape``). Step 4 gathers the trainable parameters whole
+(``deepspeed.zero.GatheredParameters``) for the surrogate's backward pass -- DeepSpeed's ZeRO-3 gradient hooks
+reduce-scatter the full-shape gradients into each rank's partition as they do in an ordinary backward pass -- and
+releases them before ``engine.step()``, which updates the partitions. So during step 4 every rank holds the full
+trainable parameters and a full-shape gradient to hand the engine (the combination, or this rank's contribution to
+it), 2 P floats, beside the sharded T × P/N per-objective buffers.
 
 A Gram that holds NaN or inf is refused by the solver: the step is skipped on every rank alike, and logged.
 
@@ -22,16 +37,19 @@ Two options (``weighting.metric``, ``weighting.descent_check``):
 
 - ``metric``: an :class:`~mtft.training.metric.OptimizerMetric` forms the Gram in the optimizer's metric,
   G_ts = g_tᵀ P g_s with P = diag(1/(√v̂+ε)) AdamW's preconditioner (the Euclidean Gram before the first step
-  and with SGD). The combined gradient Σ_t w_t g_t is unchanged: AdamW applies P to it itself.
+  and with SGD). The combined gradient Σ_t w_t g_t is unchanged: AdamW applies P to it itself. ZeRO stages 0-2
+  only (refused under ZeRO-3: :func:`mtft.training.engine.deepspeed_config`).
 - ``descent_check``: after ``engine.step()``, the first-order change of every objective's loss under the update
   actually applied, g_tᵀΔθ with Δθ = θ_{k+1} − θ_k over every trainable parameter (T dot products), and whether
-  all of them are negative. The same step then also serves weightings that read no Gram (none is formed).
+  all of them are negative. The same step then also serves weightings that read no Gram (none is formed). Under
+  ZeRO-3 θ_k and θ_{k+1} are gathered whole for it (a full copy of the trainable parameters held over the step).
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from typing import Optional
+from typing import Iterator, Optional
 
 import numpy as np
 import torch
@@ -40,6 +58,7 @@ from mtft.core.distributed import all_reduce_sum
 from mtft.core.errors import Diverged
 from mtft.gradients import PerObjectiveGradients, ShardedGradients
 from mtft.pareto import SolverInputError
+from mtft.reporting.logs import logger
 from mtft.training.metric import OptimizerMetric
 from mtft.training.step import StepResult, drain_regularisers
 from mtft.weighting import Weighting
@@ -80,6 +99,16 @@ class GramWeightedStep:
         self.cosine_every = cosine_every
         self.metric = metric
         self.descent_check = descent_check
+        self.trainable = [p for p in self.module.parameters() if p.requires_grad]
+        # ZeRO-3: DeepSpeed gives its partitioned parameters a ds_id (what its is_zero_param tests)
+        self.partitioned = any(hasattr(p, "ds_id") for p in self.trainable)
+        if self.partitioned:
+            whole = sum(bool(getattr(p, "ds_persist", False)) for p in self.trainable)
+            logger.info(
+                f"{weighting.name} under ZeRO-3: {len(self.trainable) - whole} of {len(self.trainable)} trainable "
+                f"tensors partitioned ({whole} under DeepSpeed's persistence threshold, held whole); the per-objective "
+                "passes gather one layer at a time, the update all of them"
+            )
         self.steps = 0
 
     def __call__(self, micro_batches) -> StepResult:
@@ -90,12 +119,11 @@ class GramWeightedStep:
         sums = torch.zeros(self.num_objectives, dtype=torch.float64)
         counts = torch.zeros(self.num_objectives, dtype=torch.float64)
         examples = 0
-        detached = {name: p.detach() for name, p in self.module.named_parameters()}
         for batch in micro_batches:
             order = torch.argsort(batch["objective_index"], stable=True)  # contiguous rows per objective
             batch = {k: v[order].to(self.engine.device) for k, v in batch.items()}
             with self.collector.capturing():
-                batch_sums, batch_counts = torch.func.functional_call(self.module, detached, args=(), kwargs=batch)
+                batch_sums, batch_counts = self._forward(batch)
             if self.sharded is not None:  # each layer's gradients reduce-scattered as the pass completes it
                 self.sharded.backward(batch_sums.sum(), batch_counts)
             else:
@@ -148,17 +176,23 @@ class GramWeightedStep:
                 f"({np.array2string(w, precision=3, threshold=8)}); the update was not applied"
             )
         weights[present] = torch.as_tensor(w)
-        # sharded: this rank's part (× N), which the engine's own averaging over the ranks completes (no all-gather)
+        # sharded: N x this rank's part, zeros elsewhere; the engine's own averaging over the ranks completes it
+        # (ShardedGradients.contribution: no all-gather; bit-exact for N a power of two, round-off otherwise)
         combined = (self.sharded.contribution if self.sharded is not None else gradients.combine)(weights * scale)
-        surrogate = sum((p * combined[p].to(p.dtype)).sum() for p in combined)
-        before = {p: p.detach().clone() for p in self.collector.names} if self.descent_check else None
-        self.engine.backward(surrogate)
+        before = None
+        with self._gathered():
+            if self.descent_check:
+                before = {p: p.detach().clone() for p in self.collector.names}
+            surrogate = sum((p * combined[p].to(p.dtype)).sum() for p in combined)
+            self.engine.backward(surrogate)
+        del combined
         self.engine.step()
         self.steps += 1
         extras.update(self.weighting.state())
         first_order = None
         if before is not None:
-            first_order = gradients.dot({p: p.detach() - value for p, value in before.items()}) * scale
+            with self._gathered():
+                first_order = gradients.dot({p: p.detach() - value for p, value in before.items()}) * scale
             first_order[~present] = torch.nan
             extras.update(_descent_summary(first_order[present]))
         if sub is not None and gram is not None:
@@ -168,6 +202,33 @@ class GramWeightedStep:
         extras["step_s"] = time.perf_counter() - start
         loss = float((weights[present] * losses[present]).sum())
         return StepResult(losses, counts, weights, loss, examples, extras, first_order)
+
+    def _forward(self, batch: dict[str, torch.Tensor]):
+        """The model's per-objective loss sums and counts, with no ordinary weight gradient in the graph: on
+        detached parameters, or under ZeRO-3 (whose module hooks gather and release each layer's parameters, which
+        a call on other tensors would bypass) with the trainable parameters' ``requires_grad`` off for the pass."""
+        if not self.partitioned:
+            detached = {name: p.detach() for name, p in self.module.named_parameters()}
+            return torch.func.functional_call(self.module, detached, args=(), kwargs=batch)
+        try:
+            for p in self.trainable:
+                p.requires_grad_(False)
+            return self.module(**batch)
+        finally:
+            for p in self.trainable:
+                p.requires_grad_(True)
+
+    @contextlib.contextmanager
+    def _gathered(self) -> Iterator[None]:
+        """Under ZeRO-3, the trainable parameters whole on every rank (released on exit, unchanged: every rank
+        gathers the same values, ``modifier_rank=None``); otherwise nothing to do."""
+        if not self.partitioned:
+            yield
+            return
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(self.trainable, modifier_rank=None):
+            yield
 
 
 def _descent_summary(changes: torch.Tensor) -> dict[str, float]:

@@ -33,6 +33,7 @@ from mtft.evaluation.majority import MAJORITY, majority_baselines
 from mtft.forgetting import build_monitor
 from mtft.forgetting.monitor import prepare_forgetting
 from mtft.forgetting.report import monitor_sections
+from mtft.gradients import full_numel
 from mtft.models.multihead import average_heads
 from mtft.reporting.logs import MetricsLog, add_file_log, held_log_lines, logger, setup_console_logging
 from mtft.reporting.report import write_report
@@ -205,7 +206,7 @@ class Run:
         shared, shared_rows = self.shared if self.shared is not None else (None, None)
         if shared is not None:
             logger.info(
-                f"{cfg.method}: Gram over {sum(p.numel() for p in shared):,} shared parameters "
+                f"{cfg.method}: Gram over {sum(full_numel(p) for p in shared):,} shared parameters "
                 f"({len(shared)} tensors), {num_objectives} objectives"
             )
         metric = None

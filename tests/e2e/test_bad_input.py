@@ -155,6 +155,11 @@ FAST = {
     ),
     "early-stopping-patience-zero": ([*BASE, "evaluation.early_stopping_patience=0"], {}, "early_stopping_patience"),
     "metric-for-best-unknown": ([*BASE, "evaluation.metric_for_best=xnli/f1"], {}, "not a metric of this run"),
+    "optimizer-metric-under-zero3": (
+        [*BASE, "training.deepspeed_config=configs/deepspeed/zero3.json", "weighting.metric=optimizer"],
+        {},
+        "weighting.metric=optimizer reads AdamW's state, which ZeRO-3 partitions",
+    ),
     "backbone-no-folder": ([*BASE, "model.backbone={tmp}/model"], {}, "no such folder"),
     "backbone-no-config-json": (
         [*BASE, "model.backbone={tmp}/model"],
