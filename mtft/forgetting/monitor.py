@@ -40,6 +40,7 @@ from mtft.forgetting.head_fit import fitted_head
 from mtft.forgetting.hessian import EigenResult, LpObjective, top_eigenvalue
 from mtft.forgetting.mlm import attach_head, load_mlm_checkpoint, load_mlm_model, lp_per_language, lp_sums
 from mtft.forgetting.probe import gaussian_probe, init_stds, probe_lp, write_probe_json
+from mtft.forgetting.replica import EncoderReplica
 from mtft.reporting.logs import logger
 
 LAMBDA_VERSION = "1"
@@ -56,22 +57,30 @@ class ForgettingSetup:
     lp_head: str = FRESH_HEAD  # how L_p's masked-LM head was obtained, for the log and the report
 
 
-def prepare_forgetting(config: RunConfig, model_config: RunConfig, data) -> Optional[ForgettingSetup]:
-    """Check the monitors' settings and load their corpus; ``None`` when they are off."""
+def check_forgetting(config: RunConfig) -> None:
+    """The monitors' settings that the DeepSpeed configuration rules out (checked before DeepSpeed starts)."""
     cfg = config.forgetting
     if not cfg.enabled:
-        return None
+        return
     stage = zero_stage(config)
-    if stage == 3:
+    if stage == 3 and cfg.regularization > 0:
         raise ConfigError(
-            "forgetting monitors need every weight in full on each rank; use ZeRO stage 0-2 "
-            f"(not 3, from {config.training.deepspeed_config}) or forgetting.enabled=false"
+            "forgetting.regularization adds λ(θ − θ_p) to each weight's gradient through a hook, which ZeRO-3's "
+            f"partitioned gradients bypass; use ZeRO stage 0-2 (not 3, from {config.training.deepspeed_config}) "
+            "or forgetting.regularization=0"
         )
     if cfg.budget is not None and cfg.budget.action == "scale" and (stage > 0 or use_bf16(config.training)):
         raise ConfigError(
             "forgetting.budget.action=scale edits the weights the optimizer steps, which needs "
             "ZeRO stage 0 in fp32; use action=stop here"
         )
+
+
+def prepare_forgetting(config: RunConfig, model_config: RunConfig, data) -> Optional[ForgettingSetup]:
+    """Check the monitors' settings and load their corpus; ``None`` when they are off."""
+    cfg = config.forgetting
+    if not cfg.enabled:
+        return None
     off = build_method(config.model.adapter).monitors_off
     if off is not None:
         logger.info(f"forgetting monitors: model.adapter.method={config.model.adapter.method} {off}; monitors off")
@@ -138,6 +147,15 @@ class ForgettingMonitor:
         model = setup.model_config.model
         self.backbone = model.backbone
         encoder = engine.module.encoder
+        # under ZeRO-3 the monitors measure a whole copy, refreshed after every step (mtft.forgetting.replica)
+        self.replica = EncoderReplica(encoder) if zero_stage(config) == 3 else None
+        if self.replica is not None:
+            encoder = self.replica.module
+            logger.info(
+                "forgetting monitors under ZeRO-3: a whole replica of the encoder "
+                f"({sum(p.numel() for p in encoder.parameters()):,} parameters) on each rank, its "
+                f"{sum(p.numel() for p in self.replica.target):,} trainable ones refreshed after every step"
+            )
         self.lp_head = setup.lp_head
         self.mlm_model = setup.mlm_model
         if self.mlm_model is None:
@@ -180,6 +198,7 @@ class ForgettingMonitor:
     def start(self, step: int, log) -> None:
         """L_p(θ_p) and λ_p (cached), once; the trackers synchronised with the current weights."""
         self.log = log
+        self._refresh()
         self.tracker.advance()
         with self.tracker.at_pretrained():
             self.lp_pretrained = self._lp_group(0)  # at θ_p every task adapter is the same model
@@ -213,6 +232,7 @@ class ForgettingMonitor:
     # ---------------------------------------------------------------------------------------------
     def after_step(self, step: int) -> Optional[str]:
         """Track the update just applied; returns a reason to stop (forgetting budget) or None."""
+        self._refresh()
         update_sq, distance_sq = self.tracker.measure()
         stop = None
         budget = self.cfg.budget
@@ -238,6 +258,11 @@ class ForgettingMonitor:
         if step % self.cfg.every_steps == 0:
             self.evaluate(step)
         return stop
+
+    def _refresh(self) -> None:
+        """Under ZeRO-3, the replica's trainable weights ← the engine's (every rank gathers)."""
+        if self.replica is not None:
+            self.replica.refresh()
 
     def _displacement_values(self) -> dict[str, Any]:
         values: dict[str, Any] = {"K": self.steps}

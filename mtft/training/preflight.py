@@ -16,6 +16,7 @@ from mtft.config.schema import RunConfig
 from mtft.core.errors import CheckpointError, ConfigError
 from mtft.data.selection import check_tasks
 from mtft.forgetting.corpus import check_corpus_files
+from mtft.forgetting.monitor import check_forgetting
 from mtft.models.backbone import check_backbone
 from mtft.tasks.kinds import head_class
 from mtft.training.checkpoint import saved_world_size
@@ -38,6 +39,7 @@ def preflight(config: RunConfig) -> Optional[Path]:
             f"this run has no sequence-classification task ({', '.join(c.name for c in selected)}); set "
             "stability.mmr=0"
         )
+    check_forgetting(config)
     if config.forgetting.enabled or config.pretrain.before_finetune:  # L_p's held-out texts, pre-training's texts
         task_languages = [lang for chosen in selected for lang in chosen.languages]
         languages = config.corpus.languages or list(dict.fromkeys(task_languages))

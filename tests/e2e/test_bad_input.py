@@ -160,6 +160,26 @@ FAST = {
         {},
         "weighting.metric=optimizer reads AdamW's state, which ZeRO-3 partitions",
     ),
+    "regularization-under-zero3": (
+        [
+            *BASE,
+            "training.deepspeed_config=configs/deepspeed/zero3.json",
+            "forgetting.enabled=true",
+            "forgetting.regularization=0.1",
+        ],
+        {},
+        "forgetting.regularization adds λ(θ − θ_p) to each weight's gradient through a hook",
+    ),
+    "budget-scale-under-zero2": (
+        [
+            *BASE,
+            "training.deepspeed_config=configs/deepspeed/zero2.json",
+            "forgetting.enabled=true",
+            "forgetting.budget={value: 0.5, action: scale}",
+        ],
+        {},
+        "forgetting.budget.action=scale edits the weights the optimizer steps",
+    ),
     "backbone-no-folder": ([*BASE, "model.backbone={tmp}/model"], {}, "no such folder"),
     "backbone-no-config-json": (
         [*BASE, "model.backbone={tmp}/model"],

@@ -51,8 +51,8 @@ def common(tmp_path: Path, out: Path, micro: int, zero: int, method: str = "mult
         "[{name: xnli, languages: [en, de], protocol: in_language, max_train_examples: 200}, "
         "{name: nli_copy, max_train_examples: 40}]"
     )
-    # the base's random encoder (no pre-training) and no forgetting monitors (they need full weights, not ZeRO-3;
-    # test_forgetting_run.py runs them on two processes)
+    # the base's random encoder (no pre-training) and no forgetting monitors (test_forgetting_run.py runs them on two
+    # processes, under ZeRO-2 and ZeRO-3)
     return base_overrides(
         out,
         16,

@@ -12,6 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from tests.conftest import BASE_CONFIG, base_overrides, read_jsonl, run_cli, run_torchrun
+from tests.e2e.test_zero3_lfmlf import partitioned_zero3
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -324,3 +325,50 @@ def test_probe_command_rejects_a_folder_that_is_no_checkpoint(tmp_path):
     result = run_cli("probe", "--checkpoint", str(tmp_path), "--gamma", "0.1")
     assert result.returncode == 2 and "neither a Hugging Face folder" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(600)  # two 8-step runs after the cached pre-training, a few minutes at most
+@pytest.mark.parametrize("method", ["full", "multi_lora"])
+def test_zero3_monitors_on_two_processes_match_one_process(tmp_path, method):
+    """Under ZeRO-3 the monitors measure a whole replica refreshed from the partitions (mtft.forgetting.replica):
+    two processes with every trainable tensor partitioned report the λ_p (computed, not read from the cache),
+    displacements, bounds, F_p and second-order prediction that one ZeRO-2 process does, and rank 0 writes the
+    probe."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    common = {
+        "forgetting.every_steps": 4,
+        "forgetting.probe.gammas": "[0.5]",
+        "model.dropout": 0.0,
+        "model.classifier_dropout": 0.0,
+        **({"model.adapter.method": "multi_lora", "training.optimizer.lr": 1e-2} if method == "multi_lora" else {}),
+    }
+    zero2 = {"training.deepspeed_config": "configs/deepspeed/zero2.json", "training.micro_batch_size": 16}
+    result = run_cli(*monitored(one, 8, **common, **zero2))
+    assert result.returncode == 0, result.stderr[-3000:]
+    [backbone] = set(re.findall(r"(?<![\w=])/\S+/pretrained/[0-9a-f]{24}", result.stdout + result.stderr))
+    for cached in Path(backbone, "lambda_p").glob("*.json"):
+        cached.unlink()  # the ZeRO-3 run computes λ_p itself
+    zero3 = {
+        "model.backbone": backbone,
+        "pretrain.before_finetune": False,
+        "training.deepspeed_config": str(partitioned_zero3(tmp_path)),
+        "training.micro_batch_size": 8,
+    }
+    result = run_torchrun(*monitored(two, 8, **common, **zero3))
+    assert result.returncode == 0, result.stderr[-5000:]
+    assert "forgetting monitors under ZeRO-3: a whole replica of the encoder" in (two / "train.log").read_text()
+    [a], [b] = events_of(one, "lambda_p"), events_of(two, "lambda_p")
+    assert b["cached"] is False and b["lambda_p"] == pytest.approx(a["lambda_p"], rel=1e-4)
+    rows = list(zip(events_of(one, "forgetting"), events_of(two, "forgetting"), strict=True))
+    assert [x["step"] for x, _ in rows] == [4, 8]
+    for x, y in rows:  # displacements, bounds, L_p and F_p per language, the second-order prediction
+        assert x.keys() == y.keys() and any(k.startswith("bound_path") for k in x)
+        for key, value in x.items():
+            if key != "seconds" and isinstance(value, float):
+                assert y[key] == pytest.approx(value, rel=1e-3, abs=1e-6), (x["step"], key)  # seen: 5e-4
+    assert all(e["ranks_in_sync"] for e in events_of(two, "sync"))
+    probes = [json.loads((out / "probe.json").read_text()) for out in (one, two)]
+    assert [r["model"] for r in probes[0]] == [r["model"] for r in probes[1]] and probes[0]
+    for x, y in zip(*probes):
+        assert y["baseline"] == pytest.approx(x["baseline"], rel=1e-3), x["model"]

@@ -6,9 +6,11 @@ Multi-LoRA; and one process under ZeRO-3 trains as under ZeRO-2."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import BASE_CONFIG, read_jsonl, run_cli, run_torchrun
 from tests.e2e.test_lfmlf_run import METHODS, assert_same_d_norm, final_weights, lfmlf_run, weighting_events
@@ -78,3 +80,28 @@ def test_one_process_zero3_lfmlf_matches_zero2(tmp_path):
         assert_same_d_norm(x, y)
     w1, w2 = final_weights(zero2), final_weights(zero3)
     assert max((w1[k] - w2[k]).abs().max().item() for k in w1) < 1e-5  # as ZeRO 0, 1 and 2 agree in one process
+
+
+def test_two_process_zero3_lfmlf_resumes_bit_identically_with_bfloat16_buffers(tmp_path):
+    """A two-process ZeRO-3 LF-MLF run (every tensor partitioned, per-objective buffers sharded and in bfloat16)
+    resumed from its step-6 checkpoint -- the gathered weights and DeepSpeed's partitioned optimizer state --
+    ends on the weights the uninterrupted run ended on, bit for bit."""
+    out = tmp_path / "run"
+    zero3 = {
+        "training.deepspeed_config": str(partitioned_zero3(tmp_path)),
+        "weighting.gradient_buffers": "bfloat16",
+    }
+    result = run_torchrun("--config", BASE_CONFIG, *lfmlf_run(out, 3, micro=8, **zero3))
+    assert result.returncode == 0, result.stderr[-5000:]
+    assert all(e["gram_shards"] == 2 for e in weighting_events(out))
+    straight = final_weights(out)
+    engine = out / f"checkpoints/step-{6:08d}/engine"
+    assert sorted(p.name for p in engine.rglob("*optim_states.pt")) == [  # one partition per rank
+        f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt" for rank in (0, 1)
+    ]
+    shutil.rmtree(out / f"checkpoints/step-{12:08d}")  # as if the run had stopped after step 6's checkpoint
+    result = run_torchrun("--config", BASE_CONFIG, *lfmlf_run(out, 3, micro=8, **zero3), "--resume")
+    assert result.returncode == 0, result.stderr[-5000:]
+    assert f"resumed from {out}/checkpoints/step-{6:08d} at step 6" in result.stderr
+    resumed = final_weights(out)
+    assert straight.keys() == resumed.keys() and all(torch.equal(straight[k], resumed[k]) for k in straight)
