@@ -16,9 +16,10 @@
    gradient of Σ_t w_t L_t. It goes through ``engine.backward`` so DeepSpeed's gradient hooks, reduction and
    clipping run as usual, then ``engine.step()``. Every rank's gradient is averaged over the ranks by the engine
    (DeepSpeed's all-reduce under ZeRO-0/1, its reduce-scatter into the optimizer's or the parameters' partitions
-   under ZeRO-2/3): unsharded, the combined gradient is the same on every rank and averages to itself; sharded,
-   each rank hands N × its own part and zeros elsewhere (:meth:`~mtft.gradients.ShardedGradients.contribution`),
-   which averages to the combined gradient -- bit for bit when N is a power of two, to round-off otherwise.
+   under ZeRO-2/3): unsharded, the combined gradient is the same on every rank and averages to itself (to the
+   round-off of summing N copies); sharded, each rank hands N × its own part and zeros elsewhere
+   (:meth:`~mtft.gradients.ShardedGradients.contribution`), which averages to the combined gradient -- bit for bit
+   when N is a power of two, to round-off otherwise.
 
 Under ZeRO-3 a parameter's ``data`` is an empty placeholder outside its module's forward and backward. Step 1 then
 runs the module itself with the trainable parameters' ``requires_grad`` off for the forward pass (the same effect
