@@ -9,7 +9,8 @@ Every (N, T) point runs one step of each kind on the same global batch, from the
 download), in N processes (torch.multiprocessing, gloo):
   plain      the mean of the per-objective losses, one backward          (mtft.training.step.LossWeightedStep)
   unsharded  LF-MLF, the per-objective gradients all-reduced whole        (GramWeightedStep, shard_gradients=False)
-  sharded    LF-MLF, reduce-scatter / partial Gram / all-gather (the default on N > 1; mtft/gradients/sharded.py)
+  sharded    LF-MLF, reduce-scatter / partial Gram / each rank its part of the combination, completed by the
+             engine's gradient averaging (the default on N > 1; mtft/gradients/sharded.py)
 The engine is a minimal data-parallel one standing in for DeepSpeed ZeRO-0 (backward, one all-reduce of the
 gradient, AdamW), so that every collective goes through torch.distributed, where this script counts it. Bytes
 communicated are those a rank sends in the bandwidth-optimal (ring) algorithm: 2(N−1)/N · n for an all-reduce of
@@ -161,10 +162,10 @@ def predicted(kind: str, layers: list[int], T: int, N: int, sparse: dict[str, in
     agree = 2 * share * (T + len(layers)) * FLOAT64  # the objectives present and the layers that will fire
     scatter = share * T * N * sum(parts) * FLOAT32  # each layer's T rows reduce-scattered
     gram = 2 * share * T * T * FLOAT64
-    gather = share * N * sum(parts) * FLOAT32
+    # no all-gather of the combination: each rank hands the engine its part, which the step's reduction completes
     shard, staging = T * sum(parts) * FLOAT32, T * N * max(parts) * FLOAT32  # one layer's staging in flight
     return {
-        "bytes": step + losses + masks + agree + scatter + sparse_reduce + gram + gather,
+        "bytes": step + losses + masks + agree + scatter + sparse_reduce + gram,
         "buffer": shard + staging + sparse_buffer,
     }
 

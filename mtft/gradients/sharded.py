@@ -12,8 +12,14 @@ every rank: a Gram is a sum over coordinates, G = Σ_shards G^(shard). So
    restricted to its columns, each product in the buffers' dtype, summed in float64 as the unsharded Gram is) and
    the T × T partials are all-reduced: T² floats;
 3. every rank solves the same Gram for the same weights w;
-4. rank r combines Σ_t w_t ḡ_t on its shard and the shards are all-gathered (P floats) into the gradient the
-   optimizer steps with, identical on every rank.
+4. rank r combines Σ_t w_t ḡ_t on its shard. The optimizer step needs it on the parameters, and the engine
+   averages every gradient over the ranks anyway (DeepSpeed's all-reduce under ZeRO-0/1, its reduce-scatter into
+   the optimizer's partitions under ZeRO-2, into the parameters' partitions under ZeRO-3): so rank r hands the
+   engine N × its part, zeros elsewhere (:meth:`contribution`), and that average *is* Σ_t w_t ḡ_t, on every rank or
+   in every partition, without the all-gather of P floats that :meth:`combine` (the whole gradient on every rank)
+   costs. Each coordinate is non-zero on one rank only, so the sum adds zeros and is exact; the 1/N scaling undoes
+   the N exactly when N is a power of two (a power-of-two factor only moves the exponent) and to within an ulp or
+   two otherwise (N·x and the division by N each round).
 
 Row-sparse weights (embedding tables, the Multi-LoRA B's) stay out of the shards: their buffers hold the rows the
 step touched only (:mod:`mtft.gradients.row_sparse`), are all-reduced over the union of the ranks' touched rows
@@ -27,7 +33,8 @@ whose output reaches the loss, found by walking the autograd graph); the layers 
 registration order -- the order in which a backward pass reaches them -- each as soon as it and every layer before
 it in that order are complete on this rank (a layer out of order waits in its staging buffer). A layer that does
 not run on this rank (a head without rows here) sends zeros. Per step: one reduce-scatter of present-T × P_layer
-per layer and micro-batch (what ZeRO-2 does with its gradient buckets), a T × T all-reduce, one all-gather of P.
+per layer and micro-batch (what ZeRO-2 does with its gradient buckets), a T × T all-reduce, and the engine's own
+gradient reduction, which a plain step pays too.
 Memory: the T × P/N shard, the staging of the layers in flight, the row-sparse buffers.
 """
 
@@ -241,7 +248,9 @@ class ShardedGradients:
 
     def combine(self, weights: torch.Tensor) -> dict[torch.Tensor, torch.Tensor]:
         """Σ_t w_t ḡ_t for every parameter: formed on this shard, then all-gathered, so every rank holds the same
-        full gradient; the row-sparse weights' from their whole buffers (zero on rows no rank touched)."""
+        full gradient; the row-sparse weights' from their whole buffers (zero on rows no rank touched). The step
+        hands the engine :meth:`contribution` instead, which the engine's averaging turns into this without the
+        all-gather of P floats; this is what that average is checked against."""
         local = weighted_sum(weights, self.shard)
         gathered = torch.empty(self.world_size * local.numel(), dtype=local.dtype, device=local.device)
         all_gather(gathered, local)
@@ -249,6 +258,29 @@ class ShardedGradients:
         out = self.collector.combine(weights) if self.collector.sparse else {}
         for layer in self.layers:
             row = gathered[:, layer.base : layer.base + layer.part].reshape(-1)
+            for p, offset in zip(layer.params, layer.offsets):
+                out[p] = row[offset : offset + full_numel(p)].view(full_shape(p))
+        return out
+
+    def contribution(self, weights: torch.Tensor) -> dict[torch.Tensor, torch.Tensor]:
+        """This rank's share of Σ_t w_t ḡ_t for a gradient the engine averages over the ranks: N × this rank's part
+        of every layer and zeros in the other ranks' parts; the row-sparse weights' whole combination (the same on
+        every rank) × N on rank 0 and zeros on the others. Every coordinate is then non-zero on one rank at most,
+        so the engine's sum over the ranks adds zeros only and is exact in any reduction order, and its average is
+        :meth:`combine`'s result up to the scaling: DeepSpeed multiplies by 1/N or divides by N (before or after
+        the sum, depending on the stage), and (N·x)/N = x bit for bit when N is a power of two -- scaling by a power
+        of two only shifts the exponent (barring overflow and subnormals) -- while for other N both N·x and the
+        division round, leaving x to within an ulp or two, round-off far below the gradients' own."""
+        local = weighted_sum(weights, self.shard) * self.world_size
+        out = self.collector.combine(weights) if self.collector.sparse else {}
+        for value in out.values():  # the row-sparse weights' (formed on their touched rows only: cheap to drop)
+            if self.rank == 0:
+                value.mul_(self.world_size)
+            else:
+                value.zero_()
+        for layer in self.layers:
+            row = torch.zeros(self.world_size * layer.part, dtype=local.dtype, device=local.device)
+            row[self.rank * layer.part : (self.rank + 1) * layer.part] = local[layer.base : layer.base + layer.part]
             for p, offset in zip(layer.params, layer.offsets):
                 out[p] = row[offset : offset + full_numel(p)].view(full_shape(p))
         return out

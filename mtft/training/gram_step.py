@@ -8,13 +8,18 @@
    (:class:`~mtft.gradients.ShardedGradients`): during the backward pass each layer's per-objective gradients
    are reduce-scattered as soon as they are written, so a rank holds 1/N of every g_t and never all T × P; each
    rank forms the partial Gram on its shard, the T × T partials are all-reduced, and the combination of step 4
-   is formed on the shards and all-gathered -- the same Gram and gradient, identical on every rank, for T × P
-   floats reduce-scattered + T² + P of traffic instead of an all-reduce of T × P.
+   is formed on the shards, each rank handing the engine its part (× N, zeros elsewhere) for the engine's own
+   gradient averaging to complete -- the same Gram and gradient, identical on every rank, for T × P floats
+   reduce-scattered + T² of traffic beyond a plain step's instead of an all-reduce of T × P.
 3. Gram of the shared parameters → weights w (objectives absent from the step are dropped).
 4. Write the update: one backward pass of the surrogate Σ_θ ⟨θ, Σ_t w_t g_t^θ⟩, whose gradient is exactly the
    gradient of Σ_t w_t L_t. It goes through ``engine.backward`` so DeepSpeed's gradient hooks, reduction and
-   clipping run as usual (the combined gradient is the same on every rank, so their average over the ranks is it);
-   then ``engine.step()``.
+   clipping run as usual, then ``engine.step()``. Every rank's gradient is averaged over the ranks by the engine
+   (DeepSpeed's all-reduce under ZeRO-0/1, its reduce-scatter into the optimizer's or the parameters' partitions
+   under ZeRO-2/3): unsharded, the combined gradient is the same on every rank and averages to itself (to the
+   round-off of summing N copies); sharded, each rank hands N × its own part and zeros elsewhere
+   (:meth:`~mtft.gradients.ShardedGradients.contribution`), which averages to the combined gradient -- bit for bit
+   when N is a power of two, to round-off otherwise.
 
 Under ZeRO-3 a parameter's ``data`` is an empty placeholder outside its module's forward and backward. Step 1 then
 runs the module itself with the trainable parameters' ``requires_grad`` off for the forward pass (the same effect
@@ -24,7 +29,8 @@ read a parameter's values, only its shape (``ds_shape``). Step 4 gathers the tra
 (``deepspeed.zero.GatheredParameters``) for the surrogate's backward pass -- DeepSpeed's ZeRO-3 gradient hooks
 reduce-scatter the full-shape gradients into each rank's partition as they do in an ordinary backward pass -- and
 releases them before ``engine.step()``, which updates the partitions. So during step 4 every rank holds the full
-trainable parameters and the full combined gradient, 2 P floats, beside the sharded T × P/N per-objective buffers.
+trainable parameters and a full-shape gradient to hand the engine (the combination, or this rank's contribution to
+it), 2 P floats, beside the sharded T × P/N per-objective buffers.
 
 A Gram that holds NaN or inf is refused by the solver: the step is skipped on every rank alike, and logged.
 
@@ -171,7 +177,9 @@ class GramWeightedStep:
                 f"({np.array2string(w, precision=3, threshold=8)}); the update was not applied"
             )
         weights[present] = torch.as_tensor(w)
-        combined = gradients.combine(weights * scale)
+        # sharded: N x this rank's part, zeros elsewhere; the engine's own averaging over the ranks completes it
+        # (ShardedGradients.contribution: no all-gather; bit-exact for N a power of two, round-off otherwise)
+        combined = (self.sharded.contribution if self.sharded is not None else gradients.combine)(weights * scale)
         before = None
         with self._gathered():
             if self.descent_check:

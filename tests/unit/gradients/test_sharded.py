@@ -51,7 +51,7 @@ class Toy(nn.Module):
 def _rank_batch(rank: int, micro: int) -> tuple[torch.Tensor, ...]:
     generator = torch.Generator().manual_seed(100 + 10 * rank + micro)
     rows = 6 + 3 * rank  # unequal ranks
-    ids = torch.randint(0, 20 + 10 * rank, (rows, 4), generator=generator)  # rank 1 touches rows rank 0 does not
+    ids = torch.randint(0, min(20 + 10 * rank, 37), (rows, 4), generator=generator)  # rank 1: rows rank 0 not
     high = 2 if (rank, micro) == (0, 0) else OBJECTIVES - 1  # objective 2 (the second head) absent there
     objective = torch.randint(0, high, (rows,), generator=generator).sort().values
     return ids, objective, torch.randint(0, 3, (rows,), generator=generator)
@@ -142,6 +142,17 @@ def _check_rank(rank: int, dtype: torch.dtype) -> None:
     untouched = torch.ones(37, dtype=torch.bool)
     untouched[collector.touched_rows(model.embedding.weight)] = False
     assert untouched.any() and (combined[model.embedding.weight][untouched] == 0).all()
+    # what the step hands the engine instead: N × this rank's part, zeros elsewhere; averaged over the ranks (as
+    # the engine averages every gradient) it is the combined gradient bit for bit (WORLD = 2, a power of two)
+    contribution = sharded.contribution(weights)
+    assert set(contribution) == set(combined)
+    for p in params:
+        averaged = contribution[p].clone()
+        torch.distributed.all_reduce(averaged)
+        assert torch.equal(averaged / WORLD, combined[p]), [n for n, q in by_name.items() if q is p]
+    dense = [p for p in params if p is not model.embedding.weight]
+    mine = sum(int((contribution[p] != 0).sum()) for p in dense)
+    assert 0 < mine < sum(int((combined[p] != 0).sum()) for p in dense)  # this rank's part only
 
     def on_reference(case):
         params, only_rows, metric = case
@@ -180,6 +191,57 @@ def _free_port() -> int:
 def test_two_gloo_ranks_shard_the_gram_combination_and_dot_products_exactly():
     """A failed assertion in either rank raises here with its traceback; a hung collective fails the timeout."""
     mp.spawn(_worker, args=(_free_port(),), nprocs=WORLD, join=True)
+
+
+def _contribution_worker(rank: int, port: int, world: int) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        _check_contribution(rank, world)
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def _check_contribution(rank: int, world: int) -> None:
+    """What the step hands the engine, averaged over ``world`` ranks as DeepSpeed averages a gradient -- the sum
+    times 1/N (ZeRO-0/1's all-reduce) or each rank's share divided by N before the sum (ZeRO-2/3's reduce-scatter)
+    -- against the all-gathered combination: bit for bit when N is a power of two, within two float32 ulps when not
+    (where N·x and the scaling by 1/N each round, and do on some coordinates)."""
+    torch.manual_seed(0)
+    model = Toy()
+    collector = PerObjectiveGradients(model, OBJECTIVES, dense_in_buffer=False).attach()
+    sharded = ShardedGradients(collector, rank, world)
+    counts = _backward_passes(model, collector, rank, sharded)
+    collector.reduce_row_sparse()
+    weights = torch.tensor([0.5, 0.2, 0.3, 0.0], dtype=torch.float64) / counts.clamp(min=1)
+    combined, contribution = sharded.combine(weights), sharded.contribution(weights)
+    assert set(contribution) == set(combined)
+    exact = world & (world - 1) == 0
+    differ = 0
+    for p in model.parameters():
+        assert contribution[p].shape == p.shape and contribution[p].dtype == combined[p].dtype == torch.float32
+        holders = (contribution[p] != 0).int()
+        torch.distributed.all_reduce(holders)
+        assert holders.max() <= 1  # the sum adds zeros only: exact in whatever order the collective adds
+        postscaled, prescaled = contribution[p].clone(), contribution[p] / world
+        torch.distributed.all_reduce(postscaled)
+        torch.distributed.all_reduce(prescaled)
+        for averaged in (postscaled.mul_(1.0 / world), prescaled):
+            if exact:
+                assert torch.equal(averaged, combined[p])
+            else:
+                ulp = torch.finfo(torch.float32).eps * combined[p].abs()
+                assert ((averaged - combined[p]).abs() <= 2 * ulp).all()
+                differ += int((averaged != combined[p]).sum())
+    assert exact or differ > 0  # round-off, not bit-identity, for N not a power of two
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("world", [3, 4])
+def test_the_engines_average_of_the_contributions_is_the_combination(world: int):
+    """Each coordinate of the contributions is non-zero on one rank at most (the row-sparse weights' on rank 0), so
+    the sum over ranks is exact in any order, on four ranks as on two; only the 1/N scaling can round."""
+    mp.spawn(_contribution_worker, args=(_free_port(), world), nprocs=world, join=True)
 
 
 def test_a_collector_holding_its_dense_gradients_is_refused():
