@@ -22,8 +22,7 @@ builds heads by kind (:func:`mtft.tasks.kinds.build_head`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, ClassVar, Optional, Sequence
+from typing import Any, ClassVar, NamedTuple, Optional, Sequence
 
 import torch
 from torch import nn
@@ -32,8 +31,10 @@ from mtft.core.labels import IGNORE_INDEX
 from mtft.models.multihead import MultiLinear, multi_linear
 
 
-@dataclass
-class HeadOutput:
+class HeadOutput(NamedTuple):
+    """A head's output. A named tuple, not a dataclass: DeepSpeed ZeRO-3 attaches its backward hooks to a module's
+    output tensors and finds them inside tuples, lists and dicts only (of a dataclass it warns that it cannot)."""
+
     logits: Any  # a tensor, or a tuple of tensors (start/end logits)
     loss_sum: torch.Tensor  # (rows,)
     loss_count: torch.Tensor  # (rows,)
@@ -142,7 +143,7 @@ class PooledHead(Head):
             loss_sum = torch.stack([o.loss_sum for o in outputs]).mean(0)  # eq. 10: the mean over the H heads
             out = HeadOutput(per_head.mean(0), loss_sum, outputs[0].loss_count, classes=outputs[0].classes)
         if self.classifies:  # the max-margin regulariser reads the features every head of an MHLoss head shares
-            out.features = features
+            out = out._replace(features=features)
         return out
 
 

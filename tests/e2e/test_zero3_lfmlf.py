@@ -40,6 +40,8 @@ def test_two_process_zero3_lfmlf_matches_one_process(tmp_path, method):
     result = run_torchrun("--config", BASE_CONFIG, *lfmlf_run(two, 3, micro=8, **zero3))
     assert result.returncode == 0, result.stderr[-5000:]
 
+    # DeepSpeed found the tensors in every module's output (mtft.models.heads.HeadOutput) for its backward hooks
+    assert "cannot be detected" not in result.stdout + result.stderr
     log = (two / "train.log").read_text()
     assert "lfmlf under ZeRO-3: " in log and "(0 under DeepSpeed's persistence threshold" in log
     assert "ZeRO stage 3" in (two / "report.md").read_text()
