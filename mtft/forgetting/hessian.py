@@ -198,28 +198,31 @@ def lanczos(matvec: Callable[[Vector], Vector], start: Vector, iterations: int, 
     value, residual, used, converged = float("nan"), float("inf"), 0, False
     history: list[float] = []
     while used < iterations and not converged:
-        basis, alphas, betas = [v], [], []
-        beta, steps = 0.0, min(KRYLOV, iterations - used)
+        steps = min(KRYLOV, iterations - used)
+        basis = np.empty((steps, v.size))  # filled row by row: no copy of the basis per product
+        basis[0] = v
+        alphas: list[float] = []
+        betas: list[float] = []
+        beta = 0.0
         for j in range(steps):
             w = apply(basis[j])
             used += 1
             alphas.append(float(basis[j] @ w))
-            stacked = np.stack(basis)
             for _ in range(2):  # full re-orthogonalisation, twice ("twice is enough", Parlett)
-                w -= stacked.T @ (stacked @ w)
+                w -= basis[: j + 1].T @ (basis[: j + 1] @ w)
             beta = float(np.linalg.norm(w))
             if beta <= 1e-12 * max(abs(alphas[-1]), 1e-30):  # an invariant subspace: the Ritz values are exact
                 beta = 0.0
                 break
             if j + 1 < steps:
                 betas.append(beta)
-                basis.append(w / beta)
+                basis[j + 1] = w / beta
         ritz_values, ritz_vectors = np.linalg.eigh(_tridiagonal(alphas, betas))
         value, s = float(ritz_values[-1]), ritz_vectors[:, -1]
         residual = beta * abs(float(s[-1])) / max(abs(value), 1e-30)
         history.append(value)
         converged = residual <= tol
-        v = np.stack(basis[: len(alphas)]).T @ s
+        v = basis[: len(alphas)].T @ s
         v /= np.linalg.norm(v)
     return EigenResult(value, "lanczos", used, residual, converged, history)
 

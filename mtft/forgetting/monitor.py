@@ -77,7 +77,8 @@ def check_forgetting(config: RunConfig) -> None:
 
 
 def prepare_forgetting(config: RunConfig, model_config: RunConfig, data) -> Optional[ForgettingSetup]:
-    """Check the monitors' settings and load their corpus; ``None`` when they are off."""
+    """Load the monitors' corpus and masked-LM head (what the DeepSpeed configuration rules out was refused by
+    :func:`check_forgetting` before DeepSpeed started); ``None`` when they are off."""
     cfg = config.forgetting
     if not cfg.enabled:
         return None

@@ -10,7 +10,7 @@ trainable weights refreshed from the partitions after every optimizer step (one 
 weights, as many elements as one forward pass gathers). Every rank holds the same replica, so every rank computes
 the same numbers, as under ZeRO 0-2.
 
-The price, stated in docs/architecture.md: the replica plus the trackers' θ_p and θ_k copies are whole on every
+The price, stated in docs/forgetting.md: the replica plus the trackers' θ_p and θ_k copies are whole on every
 rank (3 × the trainable weights + the frozen ones); training's own state (weights, gradients, optimizer state,
 per-objective buffers) stays partitioned.
 """
@@ -37,12 +37,12 @@ class EncoderReplica:
     def __init__(self, encoder: nn.Module):
         import deepspeed
 
-        self.source = [p for p in encoder.parameters() if p.requires_grad]
+        trainable = [(name, p) for name, p in encoder.named_parameters() if p.requires_grad]
         with deepspeed.zero.GatheredParameters(list(encoder.parameters()), modifier_rank=None):
             self.module = plain_copy(encoder)
-        names = [n for n, p in encoder.named_parameters() if p.requires_grad]
         replica = dict(self.module.named_parameters())
-        self.target = [replica[n] for n in names]
+        self.source = [p for _, p in trainable]
+        self.target = [replica[name] for name, _ in trainable]
 
     @torch.no_grad()
     def refresh(self) -> None:

@@ -348,6 +348,13 @@ class PerObjectiveGradients:
             out[p][rows] = weighted_sum(weights, block).view(len(rows), *buffer.shape[1:])
         return out
 
+    def contribution(self, weights: torch.Tensor) -> dict[torch.Tensor, torch.Tensor]:
+        """What this rank hands the engine, whose gradient averaging over the ranks must give Σ_t w_t g_t: the
+        combination itself, the same on every rank (these buffers are whole, all-reduced), so its average is it to
+        the round-off of summing N copies. The sharded gradients hand each rank's part instead
+        (:meth:`mtft.gradients.ShardedGradients.contribution`)."""
+        return self.combine(weights)
+
     def dot(self, vectors: dict[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         """(g_tᵀ v)_t in float64 for a vector v given per parameter (e.g. the update the optimizer applied); a
         parameter missing from ``vectors`` counts as v = 0 there. Row-sparse weights are read over the rows

@@ -41,7 +41,7 @@ Memory: the T × P/N shard, the staging of the layers in flight, the row-sparse 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch import nn
@@ -256,11 +256,7 @@ class ShardedGradients:
         all_gather(gathered, local)
         gathered = gathered.view(self.world_size, -1)
         out = self.collector.combine(weights) if self.collector.sparse else {}
-        for layer in self.layers:
-            row = gathered[:, layer.base : layer.base + layer.part].reshape(-1)
-            for p, offset in zip(layer.params, layer.offsets):
-                out[p] = row[offset : offset + full_numel(p)].view(full_shape(p))
-        return out
+        return self._into_parameters(out, lambda layer: gathered[:, layer.base : layer.base + layer.part].reshape(-1))
 
     def contribution(self, weights: torch.Tensor) -> dict[torch.Tensor, torch.Tensor]:
         """This rank's share of Σ_t w_t ḡ_t for a gradient the engine averages over the ranks: N × this rank's part
@@ -278,9 +274,20 @@ class ShardedGradients:
                 value.mul_(self.world_size)
             else:
                 value.zero_()
-        for layer in self.layers:
+
+        def own_part(layer: _Layer) -> torch.Tensor:
             row = torch.zeros(self.world_size * layer.part, dtype=local.dtype, device=local.device)
             row[self.rank * layer.part : (self.rank + 1) * layer.part] = local[layer.base : layer.base + layer.part]
+            return row
+
+        return self._into_parameters(out, own_part)
+
+    def _into_parameters(
+        self, out: dict[torch.Tensor, torch.Tensor], layer_row: Callable[[_Layer], torch.Tensor]
+    ) -> dict[torch.Tensor, torch.Tensor]:
+        """``out`` plus every layer's parameters, cut from ``layer_row(layer)``: the layer's N parts in rank order."""
+        for layer in self.layers:
+            row = layer_row(layer)
             for p, offset in zip(layer.params, layer.offsets):
                 out[p] = row[offset : offset + full_numel(p)].view(full_shape(p))
         return out

@@ -177,9 +177,9 @@ class GramWeightedStep:
                 f"({np.array2string(w, precision=3, threshold=8)}); the update was not applied"
             )
         weights[present] = torch.as_tensor(w)
-        # sharded: N x this rank's part, zeros elsewhere; the engine's own averaging over the ranks completes it
-        # (ShardedGradients.contribution: no all-gather; bit-exact for N a power of two, round-off otherwise)
-        combined = (self.sharded.contribution if self.sharded is not None else gradients.combine)(weights * scale)
+        # what the engine's own averaging over the ranks turns into Σ_t w_t g_t (sharded: N x this rank's part,
+        # zeros elsewhere -- no all-gather; bit-exact for N a power of two, round-off otherwise)
+        combined = gradients.contribution(weights * scale)
         before = None
         with self._gathered():
             if self.descent_check:
