@@ -29,7 +29,7 @@ from mtft.core.atomic import AtomicFolder, write_json
 from mtft.core.distributed import quiet_cpu_accelerator
 from mtft.core.errors import CheckpointError
 from mtft.core.paths import inside
-from mtft.training.restore import LoadedRun, load_run
+from mtft.training.restore import LoadedRun, find_run_dir, load_run
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,6 +63,7 @@ def export_run(run_dir: Path, out: Path, checkpoint: Optional[Path] = None) -> l
     # folder holds nothing to lose), not even an earlier export
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise CheckpointError(f"export directory {out} exists and is not empty; choose another --out")
+    _refuse_inside_run(out, find_run_dir(run_dir)[0])
     AtomicFolder(out).check()  # a <out>.partial or <out>.previous of the user's is refused before the run loads
     quiet_cpu_accelerator()  # PEFT's save asks transformers about DeepSpeed, which would warn about the CPU
     run = load_run(run_dir, checkpoint)
@@ -94,6 +95,16 @@ def export_run(run_dir: Path, out: Path, checkpoint: Optional[Path] = None) -> l
             },
         )
     return [inside(out, *name.split("/")) for name, _ in slots]
+
+
+def _refuse_inside_run(out: Path, run_dir: Path) -> None:
+    """An export is never written inside the run folder. The folder's layout is the run's: an export (a complete
+    atomic folder) under ``checkpoints/`` or as ``best/`` is taken for the run's newest or best checkpoint, which
+    breaks its next export and --resume; checkpoint rotation and a study's re-run replace what lies there. Where
+    the run does not look today, it may tomorrow, so the whole folder is refused rather than a list of names."""
+    resolved, root = out.resolve(), run_dir.resolve()
+    if resolved == root or root in resolved.parents:
+        raise CheckpointError(f"--out {out} is inside the run folder {run_dir}, which the run owns; export elsewhere")
 
 
 @contextlib.contextmanager

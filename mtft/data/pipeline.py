@@ -18,6 +18,7 @@ import numpy as np
 from mtft.config.schema import LeaveOutSection, RunConfig
 from mtft.core.errors import DataError
 from mtft.data import leave_out
+from mtft.data.checks import check_rows, warn_suspicious_rows
 from mtft.data.selection import SelectedTask, select_tasks
 from mtft.data.sources import describe_source, load_split
 from mtft.tasks.base import Task, unique_by_id
@@ -253,40 +254,15 @@ def load_task_split(
     rows = task.language_rows(dataset, lang, where)
     if rows is not None:
         dataset = dataset.select(rows)
-    _check_text_columns(task, dataset, where)
-    dataset = task.check_split(dataset, where, rows if rows is not None else range(len(dataset)))
+    positions = rows if rows is not None else range(len(dataset))  # the source row of each row, for messages
+    check_rows(task, dataset, where, positions)
+    dataset = task.check_split(dataset, where, positions)
     if len(dataset) == 0:
         raise DataError(f"{where}: no rows")
     if split == "train":
-        _warn_suspicious_rows(task, dataset, where)
+        warn_suspicious_rows(task, dataset, where)
     logger.info(f"loaded {where}: {len(dataset)} rows" + (f", using {limit}" if limit and limit < len(dataset) else ""))
     return (dataset.select(range(limit)) if limit is not None and limit < len(dataset) else dataset), where
-
-
-def _check_text_columns(task: Task, dataset: datasets.Dataset, where: str) -> None:
-    """A text column of numbers or booleans (a JSON file with ``"premise": 5``) is refused here, by its type,
-    rather than failing deep inside the tokenizer."""
-    for column in task.text_columns:
-        feature = dataset.features.get(column)
-        dtype = getattr(feature, "dtype", None)
-        if isinstance(feature, datasets.Value) and dtype not in ("string", "large_string", "null"):
-            raise DataError(f"{where}: column {column!r} holds {dtype} values, not text (task {task.name!r})")
-
-
-def _warn_suspicious_rows(task: Task, dataset: datasets.Dataset, where: str) -> None:
-    """Empty texts and repeated example ids in a training split train on nothing or on one example twice: legal,
-    but said once, with counts and the file, so that it never passes silently."""
-    empty = 0
-    for column in task.text_columns:
-        if isinstance(dataset.features.get(column), datasets.Value):
-            empty += sum(1 for value in dataset[column] if isinstance(value, str) and not value.strip())
-    if empty:
-        logger.warning(f"{where}: {empty} empty text value(s) in columns {', '.join(task.text_columns)}")
-    if task.id_column and task.id_column in dataset.column_names:
-        ids = [str(value) for value in dataset[task.id_column]]
-        repeated = len(ids) - len(set(ids))
-        if repeated:
-            logger.warning(f"{where}: {repeated} row(s) repeat an example id of column {task.id_column!r}")
 
 
 def _all_texts(tasks: dict[str, TaskData]) -> list[str]:
@@ -300,11 +276,7 @@ def _all_texts(tasks: dict[str, TaskData]) -> list[str]:
 def _encode(td: TaskData, dataset: datasets.Dataset, where: str, tokenizer: Any, config: RunConfig) -> datasets.Dataset:
     task, max_length, label_names = td.task, td.max_length, td.label_names
 
-    def encode(batch: dict[str, list], rows: list[int]) -> dict[str, list]:
-        for column in task.required_columns():
-            for row, value in zip(rows, batch[column]):
-                if value is None:
-                    raise DataError(f"{where}: row {row}: missing value in column {column!r}")
+    def encode(batch: dict[str, list], rows: list[int]) -> dict[str, list]:  # rows checked: mtft.data.checks
         return task.encode_rows(batch, rows, tokenizer, max_length, label_names, where)
 
     fingerprint = hashlib.sha256(

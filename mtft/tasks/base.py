@@ -86,6 +86,9 @@ class Task:
 
     protocols: ClassVar[tuple[str, ...]] = ("zero_shot", "in_language")
     Settings: ClassVar[type[BaseModel]] = NoSettings
+    # what each text column holds: "text" (a string per row) or "words" (a list of strings); mtft.data.checks
+    # refuses a column of anything else before the tokenizer sees it
+    text_value: ClassVar[str] = "text"
 
     # ----- settings ------------------------------------------------------------------------------------
     @property

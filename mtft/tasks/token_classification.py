@@ -35,6 +35,7 @@ class TokenClassificationSettings(BaseModel):
 
 class TokenClassificationTask(Task):
     Settings = TokenClassificationSettings
+    text_value = "words"
 
     def available_metrics(self) -> tuple[str, ...]:
         return ("f1", "precision", "recall")

@@ -158,6 +158,7 @@ class Pretraining:
             batch = collator([{"input_ids": self.blocks[i], "attention_mask": [1] * self.block_size} for i in mine])
             loss = engine(**{k: v.to(engine.device) for k, v in batch.items()}).loss
             engine.backward(loss)
+            lr = engine.get_lr()[0]  # the rate this step uses: engine.step() moves the schedule on
             engine.step()
             seen += self.tokens_per_step
             window.append(float(loss.detach()))
@@ -168,7 +169,7 @@ class Pretraining:
                     {
                         "loss": sum(window) / len(window),
                         "tokens": seen,
-                        "lr": engine.get_lr()[0],
+                        "lr": lr,
                         "seconds": time.perf_counter() - start,
                     },
                 )

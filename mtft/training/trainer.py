@@ -295,6 +295,7 @@ class Run:
         # a resumed run that had already stopped early (its last checkpoint is the stopping step) trains no further
         while self.step < cfg.training.max_steps and not self.early_stopping.should_stop:
             self._stop_if_signalled()  # at a step boundary: the previous step, its logs and its save are complete
+            lr = self.engine.get_lr()[0]  # the rate this step uses: engine.step() moves the schedule on
             result = self.step_fn(self._micro_batches())
             self.step += 1
             bar.update(1)
@@ -330,7 +331,7 @@ class Run:
             if self.step % cfg.logging.every_steps == 0 or self.step == cfg.training.max_steps:
                 values = window.summary(self.data.objective_names)
                 bar.set_postfix(loss=f"{values['loss']:.4f}", ex_s=f"{values['examples_per_s']:.0f}")
-                self.log.log(self.step, "train", {**values, "lr": self.engine.get_lr()[0], **result.extras})
+                self.log.log(self.step, "train", {**values, "lr": lr, **result.extras})
                 window = _Window(len(self.data.objective_names))
             every = cfg.evaluation.every_steps
             if every and self.step % every == 0 and self.step < cfg.training.max_steps:

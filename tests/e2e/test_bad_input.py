@@ -131,6 +131,11 @@ FAST = {
     "export-not-a-run": (["export", "--run", "{tmp}/keep", "--out", "{tmp}/out"], FOREIGN, "keep"),
     "export-out-foreign": (["export", "--run", "{tmp}/run", "--out", "{tmp}/keep"], FOREIGN, "not empty"),
     "export-no-out": (["export", "--run", "{tmp}"], {}, "--out"),
+    "export-out-in-run": (  # would be read as the run's newest checkpoint
+        ["export", "--run", "{tmp}/run", "--out", "{tmp}/run/checkpoints/step-00000009"],
+        {"run/config.yaml": "run: {}\n"},
+        "is inside the run folder",
+    ),
     "export-partial-foreign": (
         ["export", "--run", "{tmp}/run", "--out", "{tmp}/out"],
         {"out.partial/precious.txt": "do not delete\n"},

@@ -210,7 +210,8 @@ def test_sgd_cosine_accumulation_and_tensorboard(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     train = [e for e in read_jsonl(out / "metrics.jsonl") if e["kind"] == "train"]
     lrs = [e["lr"] for e in train]
-    assert lrs[:3] == pytest.approx([0.05 / 3, 0.1 / 3, 0.05]) and lrs[-1] < lrs[3]  # warm-up, then cosine decay
+    # the rate each step used (the schedule's value before the step): linear warm-up from 0, then cosine decay
+    assert lrs[:4] == pytest.approx([0.0, 0.05 / 3, 0.1 / 3, 0.05]) and 0 < lrs[-1] < lrs[4] < lrs[3]
     assert all(e["examples_per_s"] > 0 for e in train)
     assert any(p.name.startswith("events.out.tfevents") for p in (out / "tensorboard").iterdir())
     assert "global batch | 16" in (out / "report.md").read_text()

@@ -1,10 +1,34 @@
-"""The exported adapters' target_modules: PEFT's own name matching, never a checkpoint's pooler."""
+"""Where an export goes (never inside the run folder) and its adapters' target_modules: PEFT's own name
+matching, never a checkpoint's pooler."""
 
 from __future__ import annotations
 
 import re
 
-from mtft.commands.export import without_pooler
+import pytest
+
+from mtft.commands.export import export_run, without_pooler
+from mtft.core.errors import CheckpointError
+
+
+@pytest.mark.parametrize(
+    "run, out",
+    [
+        (".", "checkpoints/step-00000009"),  # would become the run's newest checkpoint
+        (".", "predictions/adapters"),
+        (".", "adapters"),
+        ("best", "checkpoints/step-00000009"),  # --run names a checkpoint of the run
+    ],
+)
+def test_an_export_inside_the_run_folder_is_refused_before_anything_is_written(tmp_path, run, out):
+    run_dir = tmp_path / "run"
+    (run_dir / "best").mkdir(parents=True)
+    (run_dir / "config.yaml").write_text("run: {}\n")
+    (run_dir / "best" / "model.safetensors").write_bytes(b"")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    with pytest.raises(CheckpointError, match=r"is inside the run folder .*run, which the run owns"):
+        export_run(run_dir / run, run_dir / out)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
 
 
 def test_names_match_as_peft_matches_them_but_not_under_the_pooler():
