@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 import torch
@@ -55,15 +56,35 @@ def parse_gammas(text: str) -> list[float]:
         gammas = [float(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise ProbeInputError(f"--gamma {text!r}: expected comma-separated numbers, e.g. 0.01,0.03,0.1") from None
-    if not gammas or any(g <= 0 for g in gammas):
-        raise ProbeInputError(f"--gamma {text!r}: every γ must be a number > 0")
+    if not gammas or not all(math.isfinite(g) and g > 0 for g in gammas):
+        raise ProbeInputError(f"--gamma {text!r}: every γ must be a number > 0, and finite")
+    return gammas
+
+
+#: the least value of each integer option (data.max_length's and corpus.mask_seed's bounds for the last two)
+MINIMUM = {"batch_size": 1, "max_examples": 1, "max_length": 8, "mask_seed": 0}
+
+
+def check_args(args: argparse.Namespace) -> list[float]:
+    """Every argument that needs no file read, checked before any model is loaded: the γ values (returned), the
+    integer options' bounds, and ``--out``, which must be a folder or not exist, under folders only."""
+    gammas = parse_gammas(args.gamma)
+    if args.seeds < 3:
+        raise ProbeInputError(f"--seeds {args.seeds}: at least 3 noise seeds per γ are needed for a spread")
+    for key, least in MINIMUM.items():
+        value = getattr(args, key)
+        if value is not None and value < least:
+            raise ProbeInputError(f"--{key.replace('_', '-')} {value}: must be at least {least}")
+    for path in (args.out, *args.out.parents):
+        if path.exists():
+            if not path.is_dir():
+                raise ProbeInputError(f"--out {args.out}: {path} is a file, not a folder")
+            break
     return gammas
 
 
 def main(args: argparse.Namespace) -> int:
-    gammas = parse_gammas(args.gamma)
-    if args.seeds < 3:
-        raise ProbeInputError(f"--seeds {args.seeds}: at least 3 noise seeds per γ are needed for a spread")
+    gammas = check_args(args)
     for folder in args.checkpoint:
         if not folder.is_dir():
             raise CheckpointError(f"--checkpoint {folder}: not a folder")
@@ -78,6 +99,10 @@ def main(args: argparse.Namespace) -> int:
             evaluate = probe_lp(mlm, eval_set, args.batch_size, torch.device("cpu"))
             result = gaussian_probe(mlm, stds, evaluate, gammas, args.seeds, f"{label}{name}")
             results.append(result)
+            print(
+                f"{result.model}: {result.perturbed:,} weights perturbed, {result.untouched:,} left alone "
+                "(σ_init = 0: norm weights, biases, LoRA A and B)"
+            )
             for row in result.summary():
                 print(
                     f"{result.model}  γ={row['gamma']:g}  ΔL_p = {row['dlp/mean/mean']:.4f} ± "

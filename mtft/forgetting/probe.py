@@ -2,12 +2,14 @@
 covariance.
 
 Noise scale per tensor. Σ is the covariance of the initialisation distribution of each parameter, so a tensor's
-noise std is γ × the std its entries are drawn with at initialisation -- the same for every checkpoint. mtft
-reads that std off a fresh initialisation of the same model config by the model's own ``_init_weights`` (for
-XLM-R / BERT: N(0, initializer_range) for linear and embedding weights), in a private RNG. Norm weights
-(initialised to 1) and biases (initialised to 0) have a deterministic initialisation: their init variance is
-zero, so by the definition they are **not** perturbed; the report counts them. For Multi-LoRA the effective
-weight W0 + s·B·A is perturbed through W0 (same thing), and A, B are left alone.
+noise std is γ × σ_init, the std its entries are drawn with at initialisation -- the same for every checkpoint
+(:func:`init_stds`). σ_init is the initialiser's own σ where the scheme is known: the model families in
+:data:`NORMAL_INIT` draw every ``nn.Linear`` and ``nn.Embedding`` weight from N(0, ``initializer_range``)
+(transformers' default ``_init_weights``), tied or not, whichever name the weight is reached by. Every other
+parameter falls back to the std of its entries in a fresh initialisation of the same config by the model's own
+``_init_weights`` (in a private RNG): 0 for a tensor initialised to a constant -- norm weights (ones) and biases
+(zeros) -- whose init variance is zero, so by eq. 1 they are **not** perturbed; the report counts them. For
+Multi-LoRA and LoRA the effective weight W0 + s·B·A is perturbed through W0 (same thing), and A, B are left alone.
 
 Every trial perturbs in place and is undone by copying the saved weights back (never by subtracting the noise,
 which would not round-trip in floating point); after the probe the weights are verified bit-identical.
@@ -26,25 +28,54 @@ from torch import nn
 
 from mtft.forgetting.mlm import MaskedLM, lp_per_language
 
+#: ``model_type`` of the families whose ``_init_weights`` is transformers' default for linear and embedding weights,
+#: N(0, config.initializer_range) (checked against transformers 5's source); others use the fallback of
+#: :func:`init_stds`.
+NORMAL_INIT = frozenset({"xlm-roberta", "xlm-roberta-xl", "roberta", "camembert", "bert", "electra", "mpnet"})
+
 
 def init_stds(mlm: MaskedLM, fresh: nn.Module) -> dict[str, float]:
-    """Per parameter of ``mlm``: the std of its initialisation, from ``fresh`` (a freshly initialised
-    ``…ForMaskedLM`` of the same config). Names are matched after mapping the encoder prefix and dropping
-    Multi-LoRA's ``base_layer``; parameters with no counterpart (lora_A, lora_B) get 0."""
+    """σ_init of every parameter of ``mlm``, under each name it is reached by (a tied weight has two), from
+    ``fresh``, a freshly initialised ``…ForMaskedLM`` of the same config. Names are matched after mapping the
+    encoder prefix and dropping (Multi-)LoRA's ``base_layer``; the adapters' own A and B get 0.
+
+    σ_init is ``initializer_range`` for linear and embedding weights of a :data:`NORMAL_INIT` family; for anything
+    else, the fallback is the std of the fresh tensor's entries (0 for a constant: norm weights, biases). Any other
+    parameter without a counterpart in ``fresh`` would go unperturbed for no reason: an error."""
+    reference = _fresh_stds(fresh)
     prefix = fresh.base_model_prefix
     head_name = next(name for name, _ in fresh.named_children() if name != prefix)
-    reference = {}
-    for name, param in fresh.named_parameters():
-        mapped = (
-            "encoder." + name[len(prefix) + 1 :]
-            if name.startswith(prefix + ".")
-            else "head." + name[len(head_name) + 1 :]
-        )
-        values = param.detach().double()
-        reference[mapped] = float(values.std()) if values.numel() > 1 else 0.0
+    parts = {"encoder": prefix, "head": head_name}  # MaskedLM's module names -> the …ForMaskedLM's
+    stds, missing = {}, []
+    for name, _ in mlm.named_parameters(remove_duplicate=False):
+        if ".lora_" in name:
+            stds[name] = 0.0
+            continue
+        plain = name.replace(".base_layer.", ".")
+        part, _, rest = plain.partition(".")
+        mapped = f"{parts.get(part)}.{rest}"
+        if mapped not in reference:
+            missing.append(name)
+        stds[name] = reference.get(mapped, 0.0)
+    if missing:
+        raise RuntimeError(f"probe: no initialisation known for {len(missing)} parameter(s): {', '.join(missing[:3])}")
+    return stds
+
+
+def _fresh_stds(fresh: nn.Module) -> dict[str, float]:
+    """σ_init by every name of every parameter of ``fresh`` (tied aliases included)."""
+    config = fresh.config
+    known = getattr(config, "model_type", None) in NORMAL_INIT
+    sigma = getattr(config, "initializer_range", None) or 0.02  # transformers' own default when unset
     stds = {}
-    for name, _ in mlm.named_parameters():
-        stds[name] = reference.get(name.replace(".base_layer.", "."), 0.0) if ".lora_" not in name else 0.0
+    for module_name, module in fresh.named_modules(remove_duplicate=False):
+        for local, param in module.named_parameters(recurse=False, remove_duplicate=False):
+            name = f"{module_name}.{local}" if module_name else local
+            if known and local == "weight" and isinstance(module, (nn.Linear, nn.Embedding)):
+                stds[name] = float(sigma)
+            else:
+                values = param.detach().double()
+                stds[name] = float(values.std()) if values.numel() > 1 else 0.0
     return stds
 
 

@@ -12,7 +12,7 @@ from safetensors.torch import save_file
 from transformers import AutoModel, AutoModelForMaskedLM, XLMRobertaConfig
 
 from mtft.adapters.multi_lora import MultiLoraConfig, inject_multi_lora, multi_lora_layers
-from mtft.commands.probe import build_parser, main
+from mtft.commands.probe import ProbeInputError, build_parser, main
 from mtft.config import load_config
 from mtft.forgetting.corpus import build_eval_set
 from mtft.forgetting.mlm import attach_head, lp_per_language
@@ -117,3 +117,29 @@ def test_probe_of_an_objective_granularity_checkpoint_goes_through_each_objectiv
         expected = lp_per_language(attach_head(merged(encoder, plain, slot), head_source), eval_set, 64, "cpu")
         assert result["baseline"] == pytest.approx(expected, rel=1e-5)
     assert results[0]["baseline"]["en"] != pytest.approx(results[1]["baseline"]["en"], rel=1e-3)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--gamma", "0.1,nan"], "--gamma '0.1,nan': every γ must be a number > 0, and finite"),
+        (["--gamma", "inf"], "--gamma 'inf': every γ must be a number > 0, and finite"),
+        (["--gamma", "0.1", "--batch-size", "0"], "--batch-size 0: must be at least 1"),
+        (["--gamma", "0.1", "--max-examples", "0"], "--max-examples 0: must be at least 1"),
+        (["--gamma", "0.1", "--max-length", "-5"], "--max-length -5: must be at least 8"),
+        (["--gamma", "0.1", "--mask-seed", "-1"], "--mask-seed -1: must be at least 0"),
+        (["--gamma", "0.1", "--out", "{tmp}/taken"], "--out {tmp}/taken: {tmp}/taken is a file, not a folder"),
+        (["--gamma", "0.1", "--out", "{tmp}/taken/probe"], "{tmp}/taken is a file, not a folder"),
+    ],
+)
+def test_bad_arguments_are_refused_before_any_checkpoint_is_read(tmp_path, args, message):
+    """Each is refused in one line before a model is loaded: the checkpoint, an empty folder, would be refused
+    next (CheckpointError) -- after the whole probe, for a bad γ or --out, before the fix."""
+    (tmp_path / "taken").write_text("mine\n")
+    (tmp_path / "ckpt").mkdir()
+    argv = ["--checkpoint", str(tmp_path / "ckpt")] + [a.replace("{tmp}", str(tmp_path)) for a in args]
+    with pytest.raises(ProbeInputError) as refused:
+        main(build_parser().parse_args(argv))
+    assert message.replace("{tmp}", str(tmp_path)) in str(refused.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "taken"]
+    assert (tmp_path / "taken").read_text() == "mine\n" and not any((tmp_path / "ckpt").iterdir())

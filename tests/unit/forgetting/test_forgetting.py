@@ -240,7 +240,7 @@ def test_probe_restores_weights_bit_exactly_and_scales_noise_by_init_std(tmp_pat
     mlm, tok = tiny_mlm(tmp_path, dtype=torch.float32)
     fresh = AutoModelForMaskedLM.from_config(mlm.encoder.config)
     stds = init_stds(mlm, fresh)
-    assert stds["encoder.encoder.layer.0.attention.self.query.weight"] == pytest.approx(0.02, rel=0.2)
+    assert stds["encoder.encoder.layer.0.attention.self.query.weight"] == 0.02  # initializer_range
     assert stds["encoder.encoder.layer.0.output.LayerNorm.weight"] == 0.0  # deterministic init (ones)
     assert stds["head.dense.bias"] == 0.0
     before = {n: p.detach().clone() for n, p in mlm.named_parameters()}
@@ -262,8 +262,9 @@ def test_probe_restores_weights_bit_exactly_and_scales_noise_by_init_std(tmp_pat
         assert torch.equal(param, before[name]), name
     assert seen[0][0] == 0.0  # the baseline is unperturbed
     noise_std = stds["encoder.encoder.layer.0.intermediate.dense.weight"]
-    assert [s for s, _ in seen[1:4]] == pytest.approx([0.5 * noise_std] * 3, rel=0.15)
-    assert [s for s, _ in seen[4:]] == pytest.approx([2.0 * noise_std] * 3, rel=0.15)
+    # one draw's std over the 128 entries: within 4 standard errors (1/√256 = 6%) of γ·σ_init
+    assert [s for s, _ in seen[1:4]] == pytest.approx([0.5 * noise_std] * 3, rel=0.25)
+    assert [s for s, _ in seen[4:]] == pytest.approx([2.0 * noise_std] * 3, rel=0.25)
     assert all(untouched for _, untouched in seen)
     rows = result.summary()
     assert [r["gamma"] for r in rows] == [0.5, 2.0] and rows[0]["seeds"] == 3 and "dlp/x/std" in rows[0]
