@@ -112,6 +112,7 @@ def _planned(
     fixed["run.name"] = f"{cell.name}-seed{seed}" + ("" if draw is None else f"-loo{draw}")
     raw = copy.deepcopy(raw_base)
     try:
+        _check_not_owned({**spec.overrides, **cell.overrides}, list(fixed))
         for key, value in {**spec.overrides, **cell.overrides, **fixed}.items():
             set_dotted(raw, key, copy.deepcopy(value))
         data = raw.get("data")
@@ -131,6 +132,19 @@ def _planned(
     _check_once(config, where, checked)
     path = spec.directory / "configs" / cell.name / f"{slot}.yaml"
     return PlannedRun(cell, seed, run_dir, path, config_to_yaml(config), draw)
+
+
+def _check_not_owned(overrides: dict[str, Any], owned: list[str]) -> None:
+    """A key the study sets for every run (its folder, its name, its seeds) is refused in the overrides, nested
+    (``{run: {output_dir: ...}}``) or dotted: the study would otherwise have to silently drop it, or let a run be
+    written outside the study's folder."""
+    for key in _flatten(overrides):
+        for own in owned:
+            if key == own or key.startswith(f"{own}.") or own.startswith(f"{key}."):
+                raise ConfigError(
+                    f"'{own}' is set by the study itself (each run's folder, name and seeds); "
+                    "leave it out of the study's overrides, variants and factors"
+                )
 
 
 def _check_once(config: RunConfig, where: str, checked: set[str]) -> None:
