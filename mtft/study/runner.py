@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from mtft.core.runlock import run_lock
 from mtft.study import loo
 from mtft.study.aggregate import aggregate
 from mtft.study.analyses import build_analyses, write_analyses
@@ -24,10 +25,12 @@ from mtft.study.report import write_results
 from mtft.study.spec import StudySpec
 from mtft.study.state import (
     check_run_configs,
+    check_study_dir,
     is_finished,
     log_path,
     open_study_dir,
     record_attempt,
+    recover_status,
     status_path,
     write_run_configs,
 )
@@ -39,23 +42,25 @@ def run_study(spec: StudySpec, base: Path, study_file: Path, report_only: bool =
     runs = plan_runs(spec, base, study_file)  # every cell validated before anything is written
     build_analyses(spec.analyses, spec.axes)  # so is every analysis the study asks for
     root = spec.directory
-    if report_only:
-        if not root.is_dir():
-            raise_missing(root)
-    else:
-        open_study_dir(root, spec.name, study_file.read_text(encoding="utf-8"))
-        check_run_configs(runs)
-        write_run_configs(runs)
-        todo = [run for run in runs if not is_finished(run.run_dir)]
-        pairs = f" (+ {spec.leave_one_out.draws} leave-one-out run(s) each)" if spec.leave_one_out else ""
-        print(
-            f"[mtft] study {spec.name}: {len(expand_cells(spec))} cells x {len(spec.seed_list)} seeds{pairs} = "
-            f"{len(runs)} runs, {len(runs) - len(todo)} finished, {len(todo)} to run -> {root}",
-            flush=True,
-        )
-        if todo:
-            execute(spec, root, todo)
-    return report(spec, root, runs, study_file)
+    check_study_dir(root, spec.name, existing=report_only)
+    with run_lock(root):  # one study process at a time in the folder (a second is refused in one line)
+        if not report_only:
+            check_study_dir(root, spec.name)  # again, now that no other study process can be claiming it
+            check_run_configs(runs)  # refused before anything is written: a refused command changes nothing
+            open_study_dir(root, spec.name, study_file.read_text(encoding="utf-8"))
+            write_run_configs(runs)
+            for run in runs:  # a study killed after a run finished and before it recorded it
+                recover_status(status_path(root, run), run.run_dir)
+            todo = [run for run in runs if not is_finished(run.run_dir)]
+            pairs = f" (+ {spec.leave_one_out.draws} leave-one-out run(s) each)" if spec.leave_one_out else ""
+            print(
+                f"[mtft] study {spec.name}: {len(expand_cells(spec))} cells x {len(spec.seed_list)} seeds{pairs} = "
+                f"{len(runs)} runs, {len(runs) - len(todo)} finished, {len(todo)} to run -> {root}",
+                flush=True,
+            )
+            if todo:
+                execute(spec, root, todo)
+        return report(spec, root, runs, study_file)
 
 
 def execute(spec: StudySpec, root: Path, todo: list[PlannedRun]) -> None:
@@ -111,9 +116,3 @@ def report(spec: StudySpec, root: Path, runs: list[PlannedRun], study_file: Path
         flush=True,
     )
     return counts
-
-
-def raise_missing(root: Path) -> None:
-    from mtft.core.errors import ConfigError
-
-    raise ConfigError(f"--report-only: study directory {root} does not exist; run the study first")
