@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -86,8 +87,9 @@ class RunJob:
             record_launch(Path(self.status_path), code, time.time())
         start = time.perf_counter()
         with open(log, "a", encoding="utf-8") as out:
-            out.write(f"$ {' '.join(self.command())}\n")
+            out.write(f"$ {shlex.join(self.command())}\n")
             out.flush()
+            since = log.stat().st_size  # the log is appended over attempts: this attempt's output starts here
             process = subprocess.Popen(
                 self.command(),
                 cwd=self.cwd,
@@ -106,7 +108,7 @@ class RunJob:
         elif returncode in INTERRUPTED:
             status, error = "interrupted", "stopped by a signal; the study's next run resumes it"
         else:
-            status, error = "failed", error_line(log)
+            status, error = "failed", error_line(log, since, returncode)
         if main:
             record_attempt(Path(self.status_path), status, returncode, seconds, error, code)
         return {"key": self.key, "status": status, "returncode": returncode, "error": error}
@@ -118,16 +120,31 @@ class RunJob:
         return submitit.helpers.DelayedSubmission(self)
 
 
-def error_line(log: Path) -> str:
-    """The run's own ``error:`` line, else the last line of its output (a traceback's last line names the error)."""
+def error_line(log: Path, since: int = 0, returncode: Optional[int] = None) -> str:
+    """The attempt's own ``error:`` line, else its last line (a traceback's last line names the error); only what
+    the attempt wrote from byte ``since`` on, never a previous attempt's line. A run killed by a signal (SIGKILL, the
+    OOM killer) says so."""
     try:
-        lines = [line.strip() for line in log.read_text(encoding="utf-8", errors="replace").splitlines()]
+        with open(log, "rb") as file:
+            file.seek(since)
+            text = file.read().decode("utf-8", errors="replace")
     except OSError:
         return "no output"
-    lines = [line for line in lines if line]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("error:")]
-    line = errors[-1] if errors else (lines[-1] if lines else "no output")
-    return line[:300]
+    if errors:
+        return errors[-1][:300]
+    if returncode is not None and returncode < 0:
+        killed = f"killed by {_signal_name(-returncode)}"
+        return (f"{killed}; its last line: {lines[-1]}" if lines else f"{killed}, with no output")[:300]
+    return (lines[-1] if lines else "no output")[:300]
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _wait_until_free(run_dir: Path) -> None:

@@ -87,7 +87,10 @@ def plan_runs(spec: StudySpec, base: Path, study_file: Path) -> list[PlannedRun]
     checked: set[str] = set()
     draws = range(spec.leave_one_out.draws) if spec.leave_one_out else range(0)
     runs: list[PlannedRun] = []
-    for cell in expand_cells(spec):
+    cells = expand_cells(spec)
+    if not cells:
+        raise ConfigError(f"{study_file}: exclude leaves out every cell of the study; there is nothing to run")
+    for cell in cells:
         for seed in spec.seed_list:
             runs.append(_planned(spec, raw_base, study_file, cell, seed, None, checked))
             runs += [_planned(spec, raw_base, study_file, cell, seed, draw, checked) for draw in draws]

@@ -22,6 +22,7 @@ from mtft.study.jobs import RunJob
 from mtft.study.local import default_threads, run_local
 from mtft.study.plan import PlannedRun, expand_cells, plan_runs
 from mtft.study.report import write_results
+from mtft.study.slurm import check_slurm, run_slurm
 from mtft.study.spec import StudySpec
 from mtft.study.state import (
     check_run_configs,
@@ -43,6 +44,8 @@ def run_study(spec: StudySpec, base: Path, study_file: Path, report_only: bool =
     build_analyses(spec.analyses, spec.axes)  # so is every analysis the study asks for
     root = spec.directory
     check_study_dir(root, spec.name, existing=report_only)
+    if spec.executor.name == "slurm" and not report_only:
+        check_slurm(spec.executor.slurm)
     with run_lock(root):  # one study process at a time in the folder (a second is refused in one line)
         if not report_only:
             check_study_dir(root, spec.name)  # again, now that no other study process can be claiming it
@@ -79,8 +82,6 @@ def execute(spec: StudySpec, root: Path, todo: list[PlannedRun]) -> None:
             job.threads = executor.threads or default_threads(executor.workers)
         run_local(jobs, executor.workers, on_result)
     else:
-        from mtft.study.slurm import run_slurm
-
         run_slurm(jobs, executor.slurm, root / "slurm", on_result)
 
 
@@ -110,9 +111,13 @@ def report(spec: StudySpec, root: Path, runs: list[PlannedRun], study_file: Path
         measured = sum(len(cell.pairs) for cell in stability)
         print(f"[mtft] study {spec.name}: leave-one-out stability of {measured} pair(s) -> {root / 'loo.json'}")
     counts = {status: sum(r["status"] == status for r in records) for status in ("complete", "failed", "pending")}
+    # a failed run on S^i is not in the tables, but its leave-one-out pair is missing: the study failed too
+    pairs = [r for r in collect(root, [run for run in runs if run.draw is not None]) if r["status"] == "failed"]
+    also = f" (and {len(pairs)} leave-one-out run(s) on S^i failed)" if pairs else ""
     print(
         f"[mtft] study {spec.name}: {counts['complete']} complete, {counts['failed']} failed, "
-        f"{counts['pending']} pending -> {root / 'study.md'}",
+        f"{counts['pending']} pending{also} -> {root / 'study.md'}",
         flush=True,
     )
+    counts["failed"] += len(pairs)
     return counts

@@ -22,8 +22,10 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
+import yaml
+
 from mtft.core.atomic import AtomicFolder, is_complete, marker, write_json, write_text
-from mtft.core.errors import ConfigError
+from mtft.core.errors import ConfigError, shorten
 from mtft.study.plan import PlannedRun, config_difference
 
 KIND = "study"
@@ -66,7 +68,13 @@ def check_run_configs(runs: list[PlannedRun]) -> None:
     """A run already planned with another config is refused (the study changed under its results)."""
     for run in runs:
         if run.config_path.is_file():
-            difference = config_difference(run.config_path.read_text(encoding="utf-8"), run.config_yaml)
+            try:
+                difference = config_difference(run.config_path.read_text(encoding="utf-8"), run.config_yaml)
+            except (UnicodeDecodeError, yaml.YAMLError) as error:
+                raise ConfigError(
+                    f"{run.config_path} is not the config the study wrote for {run.key} ({type(error).__name__}: "
+                    f"{shorten(str(error))}); restore it, or give the study another output_dir"
+                ) from None
             if difference:
                 raise ConfigError(
                     f"{run.key} was run with a different config ({difference}); "

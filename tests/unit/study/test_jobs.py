@@ -74,3 +74,16 @@ def test_the_run_imports_the_studys_mtft_whatever_the_working_directory_holds(tm
     outcome = job(tmp_path, cwd=str(decoy))()
     assert outcome["returncode"] == 2 and outcome["error"].startswith("error: "), outcome
     assert "decoy" not in (tmp_path / "logs" / "c.log").read_text()
+
+
+def test_a_killed_attempt_does_not_carry_the_previous_attempts_error_line(tmp_path, monkeypatch):
+    """A run SIGKILLed in a continued study: its log (appended over attempts) ends with the previous attempt's
+    ``error:`` line, which is not this attempt's error."""
+    log = tmp_path / "logs" / "c.log"
+    log.parent.mkdir()
+    log.write_text("$ python -m mtft --config c.yaml\nerror: the previous attempt's error\n")
+    kill = "import os, signal; print('[mtft] step 3', flush=True); os.kill(os.getpid(), signal.SIGKILL)"
+    monkeypatch.setattr(RunJob, "command", lambda self: [sys.executable, "-c", kill])
+    outcome = job(tmp_path)()
+    assert outcome["status"] == "failed" and outcome["error"] == "killed by SIGKILL; its last line: [mtft] step 3"
+    assert read_status(tmp_path / "status" / "c.json")["error"] == outcome["error"]

@@ -14,9 +14,10 @@ import yaml
 from mtft.core.atomic import AtomicFolder
 from mtft.core.errors import CheckpointError, ConfigError
 from mtft.core.runlock import run_lock
+from mtft.study import runner
 from mtft.study.runner import run_study
 from mtft.study.spec import load_study
-from mtft.study.state import open_study_dir, read_status, record_launch
+from mtft.study.state import open_study_dir, read_status, record_attempt, record_launch, status_path
 
 REPO = Path(__file__).resolve().parents[3]
 SOURCE = {"source": "aaaaaaaaaaaa", "commit": None}
@@ -138,3 +139,53 @@ def test_output_dir_that_is_a_file_is_one_line(tmp_path):
     with pytest.raises(ConfigError, match="is a file, not a study directory"):
         study(write_study(tmp_path))
     assert (tmp_path / "study").read_text() == "a file"
+
+
+def test_slurm_that_is_not_there_is_said_before_anything_is_written(tmp_path, monkeypatch):
+    """Without sbatch, submitit would run every job here (gpus_per_job: 0) or fail after the folder is written."""
+    monkeypatch.setenv("PATH", str(tmp_path / "no-slurm-here"))
+    path = write_study(tmp_path)
+    root = tmp_path / "study"
+    finish_runs(root)  # even with nothing to run: the command is refused, not half done
+    before = snapshot(root)
+    with pytest.raises(ConfigError, match="executor.name=slurm: Slurm is not available here"):
+        study(path, "executor.name=slurm")
+    with pytest.raises(ConfigError, match="executor.slurm.cluster=local runs on this machine"):
+        study(path, "executor.name=slurm", "executor.slurm.cluster=local", "executor.slurm.gpus_per_job=1")
+    assert snapshot(root) == before
+
+
+def test_a_failed_leave_one_out_run_fails_the_study(tmp_path, monkeypatch):
+    path = write_study(tmp_path, seeds=[0], leave_one_out={"count": 1})
+    root = tmp_path / "study"
+    open_study_dir(root, "s", "")
+    with AtomicFolder(root / "runs" / "lr-0.001" / "seed-0").writing(kind="run") as partial:
+        (partial / "metrics.json").write_text(json.dumps({"step": 6, "xnli/accuracy": 0.5}))
+
+    def fail(spec, root, todo):  # the run on S^i fails (without training anything here)
+        assert [run.key for run in todo] == ["lr-0.001/seed-0-loo-0"]
+        record_attempt(status_path(root, todo[0]), "failed", 1, 1.0, "error: S^i went wrong")
+
+    monkeypatch.setattr(runner, "execute", fail)
+    assert study(path)["failed"] == 1
+
+
+def test_a_torn_metrics_json_is_a_failed_run_not_a_traceback(tmp_path):
+    path = write_study(tmp_path)
+    root = tmp_path / "study"
+    finish_runs(root)
+    (root / "runs" / "lr-0.001" / "seed-1" / "metrics.json").write_text('{"step": 6, "xnli/acc')
+    for report_only in (True, False):
+        assert study(path, report_only=report_only) == {"complete": 1, "failed": 1, "pending": 0}
+    text = (root / "study.md").read_text()
+    assert "seed-1`: metrics.json cannot be read; delete the run's folder to run it again (JSONDecodeError" in text
+
+
+def test_a_resolved_config_that_is_not_utf8_is_one_line(tmp_path):
+    path = write_study(tmp_path)
+    root = tmp_path / "study"
+    finish_runs(root)
+    study(path)
+    (root / "configs" / "lr-0.001" / "seed-0.yaml").write_bytes(b"run: {name: \xff\xfe}\n")
+    with pytest.raises(ConfigError, match=r"seed-0.yaml is not the config the study wrote for lr-0.001/seed-0 \(Unic"):
+        study(path)
