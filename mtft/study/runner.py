@@ -25,6 +25,7 @@ from mtft.study.report import write_results
 from mtft.study.slurm import check_slurm, run_slurm
 from mtft.study.spec import StudySpec
 from mtft.study.state import (
+    check_no_links,
     check_run_configs,
     check_study_dir,
     is_finished,
@@ -47,6 +48,7 @@ def run_study(spec: StudySpec, base: Path, study_file: Path, report_only: bool =
     if spec.executor.name == "slurm" and not report_only:
         check_slurm(spec.executor.slurm)
     with run_lock(root):  # one study process at a time in the folder (a second is refused in one line)
+        check_no_links(root)  # nothing written through a link planted in the folder, report included
         if not report_only:
             check_study_dir(root, spec.name)  # again, now that no other study process can be claiming it
             check_run_configs(runs)  # refused before anything is written: a refused command changes nothing

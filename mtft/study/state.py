@@ -19,6 +19,7 @@ status file only says what happened to the last attempt. A run directory without
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Optional
 
@@ -49,6 +50,19 @@ def check_study_dir(root: Path, name: str, existing: bool = False) -> None:
         raise ConfigError(
             f"{root} holds study {found.get('name')!r}, not {name!r}; choose another output_dir for this one"
         )
+
+
+def check_no_links(root: Path) -> None:
+    """Refuse a study folder holding a symbolic link anywhere inside (a log, a run's ``train.log``, a checkpoint):
+    continuing would append to, replace or delete what it points to, outside the folder. mtft makes none."""
+    for folder, dirs, files in os.walk(root):  # followlinks=False: a linked folder is listed, never entered
+        for name in dirs + files:
+            path = Path(folder) / name
+            if path.is_symlink():
+                raise ConfigError(
+                    f"{path} is a symbolic link (to {os.readlink(path)}); the study would write through it, outside "
+                    "its folder: replace it by the file or folder itself, or remove it"
+                )
 
 
 def open_study_dir(root: Path, name: str, study_text: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -213,7 +214,8 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_continue(tmp_path):
     assert process.returncode == 130, stderr[-2000:]
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("error: study stopped by SIGINT") and "--resume" not in last
-    assert last.endswith(f"continue with: python run.py study --config {STUDY} output_dir={out} 'seeds=[0]'")
+    continued = f"cd {shlex.quote(str(REPO))} && python run.py study --config {STUDY} output_dir={out} 'seeds=[0]'"
+    assert last.endswith(f"continue with: {continued}")  # from any folder
     statuses = [json.loads(p.read_text())["status"] for p in out.glob("status/*/seed-0.json")]
     assert "interrupted" in statuses and "failed" not in statuses
     assert len(list(out.glob("runs/*/seed-0/metrics.json"))) < 4  # it stopped: not every run finished

@@ -163,6 +163,10 @@ def test_seed_keys_set_every_listed_seed_to_the_runs_seed(tmp_path):
             {"exclude": [{"training.optimizer.lr": 0.001}, {"training.optimizer.lr": 0.01}]},
             "exclude leaves out every cell of the study",
         ),
+        (  # one cell's DeepSpeed JSON is missing (a path relative to another folder): before any run starts
+            {"grid": {"training.deepspeed_config": ["configs/deepspeed/zero2.json", "deepspeed/zero2.json"]}},
+            "[cell deepspeed_config-deepspeed-zero2.json]: training.deepspeed_config: file not found",
+        ),
         # a line break would end the #SBATCH line and start a shell line of the job script
         ({"executor": {"name": "slurm", "slurm": {"partition": "gpu\ntouch /tmp/x"}}}, "partition: must be one line"),
         ({"executor": {"slurm": {"additional": {"qos": "high\r\ntouch /tmp/x"}}}}, "additional: 'qos'"),

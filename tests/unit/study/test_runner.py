@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from mtft.core.atomic import AtomicFolder
 from mtft.core.errors import CheckpointError, ConfigError
 from mtft.core.runlock import run_lock
 from mtft.study import runner
+from mtft.study.jobs import RunJob
 from mtft.study.runner import run_study
 from mtft.study.spec import load_study
 from mtft.study.state import open_study_dir, read_status, record_attempt, record_launch, status_path
@@ -189,3 +192,20 @@ def test_a_resolved_config_that_is_not_utf8_is_one_line(tmp_path):
     (root / "configs" / "lr-0.001" / "seed-0.yaml").write_bytes(b"run: {name: \xff\xfe}\n")
     with pytest.raises(ConfigError, match=r"seed-0.yaml is not the config the study wrote for lr-0.001/seed-0 \(Unic"):
         study(path)
+
+
+@pytest.mark.parametrize("planted", ["logs/lr-0.001/seed-1.log", "runs/lr-0.001/seed-0/train.log"])
+def test_a_symbolic_link_in_the_study_folder_is_refused_not_written_through(tmp_path, monkeypatch, planted):
+    path = write_study(tmp_path)
+    root = tmp_path / "study"
+    finish_runs(root)
+    shutil.rmtree(root / "runs" / "lr-0.001" / "seed-1")  # seed 1 is still to run: its job appends to its log
+    outside = tmp_path / "outside.txt"
+    outside.write_text("the user's file\n")
+    (root / planted).parent.mkdir(parents=True, exist_ok=True)
+    (root / planted).symlink_to(outside)
+    monkeypatch.setattr(RunJob, "command", lambda self: [sys.executable, "-c", "print('trained')"])  # no training
+    for report_only in (False, True):
+        with pytest.raises(ConfigError, match=f"{root / planted} is a symbolic link \\(to {outside}\\)"):
+            study(path, report_only=report_only)
+    assert outside.read_text() == "the user's file\n"
