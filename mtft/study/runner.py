@@ -8,11 +8,14 @@ tables, paired differences and plots are written from the run directories on dis
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
+from mtft.core.errors import DiskFullError
 from mtft.core.runlock import run_lock
 from mtft.study import loo
 from mtft.study.aggregate import aggregate
@@ -47,7 +50,7 @@ def run_study(spec: StudySpec, base: Path, study_file: Path, report_only: bool =
     check_study_dir(root, spec.name, existing=report_only)
     if spec.executor.name == "slurm" and not report_only:
         check_slurm(spec.executor.slurm)
-    with run_lock(root):  # one study process at a time in the folder (a second is refused in one line)
+    with run_lock(root), _disk_full_in_one_line(root):  # one study process at a time in the folder
         check_no_links(root)  # nothing written through a link planted in the folder, report included
         if not report_only:
             check_study_dir(root, spec.name)  # again, now that no other study process can be claiming it
@@ -66,6 +69,24 @@ def run_study(spec: StudySpec, base: Path, study_file: Path, report_only: bool =
             if todo:
                 execute(spec, root, todo)
         return report(spec, root, runs, study_file)
+
+
+@contextlib.contextmanager
+def _disk_full_in_one_line(root: Path) -> Iterator[None]:
+    """A write that ran out of space, wherever in the study, is one line whose advice ``run.py study`` accepts: the
+    same command continues (finished runs kept, interrupted ones resumed); it has no ``--resume``."""
+    try:
+        yield
+    except (DiskFullError, OSError) as error:
+        if isinstance(error, DiskFullError):
+            where = str(error).partition(";")[0]  # "no space left on <path>"
+        elif error.errno in (errno.ENOSPC, errno.EDQUOT):
+            where = f"no space left on {error.filename or root}"
+        else:
+            raise
+        raise DiskFullError(
+            f"{where}; free some space, then run the same study command again (finished runs are kept)"
+        ) from None
 
 
 def execute(spec: StudySpec, root: Path, todo: list[PlannedRun]) -> None:

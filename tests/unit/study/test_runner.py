@@ -3,6 +3,7 @@ metrics.json), so the study has nothing to run and only claims, checks, recovers
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -13,8 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mtft.core.atomic import AtomicFolder
-from mtft.core.errors import CheckpointError, ConfigError
+from mtft.core.atomic import AtomicFolder, raise_if_disk_full
+from mtft.core.errors import CheckpointError, ConfigError, DiskFullError
 from mtft.core.runlock import run_lock
 from mtft.study import runner
 from mtft.study.jobs import RunJob
@@ -209,3 +210,23 @@ def test_a_symbolic_link_in_the_study_folder_is_refused_not_written_through(tmp_
         with pytest.raises(ConfigError, match=f"{root / planted} is a symbolic link \\(to {outside}\\)"):
             study(path, report_only=report_only)
     assert outside.read_text() == "the user's file\n"
+
+
+@pytest.mark.parametrize("where", ["a library's write", "mtft's atomic write"])
+def test_a_full_disk_is_one_line_whose_advice_the_study_accepts(tmp_path, monkeypatch, where):
+    path = write_study(tmp_path)
+    finish_runs(tmp_path / "study")
+    full = tmp_path / "study" / "configs" / "x.yaml"
+
+    def no_space(runs):
+        error = OSError(errno.ENOSPC, "No space left on device", str(full))
+        if where == "mtft's atomic write":
+            raise_if_disk_full(error, full)
+        raise error
+
+    monkeypatch.setattr(runner, "write_run_configs", no_space)
+    with pytest.raises(DiskFullError) as caught:
+        study(path)
+    message = str(caught.value)
+    assert message.startswith(f"no space left on {full}; free some space, then run the same study command again")
+    assert "--resume" not in message and "\n" not in message
