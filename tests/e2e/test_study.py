@@ -124,6 +124,10 @@ def test_sigkilled_study_resumes_to_the_uninterrupted_result(finished, tmp_path)
     for run_dir, mtime in finished_before.items():  # not re-run
         assert (run_dir / "metrics.json").stat().st_mtime_ns == mtime
     assert run_metrics(out) == run_metrics(finished)  # resumed runs end where uninterrupted ones did
+    # a run that finished just before the kill, its outcome unrecorded, gets its status from the run (issue 28)
+    statuses = [json.loads(p.read_text()) for p in out.glob("status/*/seed-*.json")]
+    assert len(statuses) == 8 and all(s["status"] == "finished" and s["wall_s"] > 0 for s in statuses), statuses
+    assert "versions of the mtft source" not in (out / "study.md").read_text()
 
 
 def test_a_failing_cell_is_reported_and_the_others_finish(tmp_path):
