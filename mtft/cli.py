@@ -10,6 +10,7 @@ import shlex
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 from mtft.commands import COMMANDS, run_command
 from mtft.config import config_to_yaml, load_config
@@ -25,7 +26,7 @@ def entry_point(argv: list[str], prog: str = "python run.py") -> None:
     try:
         sys.exit(main(argv))
     except Interrupted as stop:  # a checkpoint was saved
-        _error(stop, f"{stop}; continue with: {_resume_command(prog, argv, stop.resume_flag)}")
+        _error(stop, f"{stop}; continue with: {_resume_command(prog, argv, stop.resume_flag, stop.continue_in)}")
         sys.exit(stop.exit_code)
     except UserError as error:
         _error(error, str(error))
@@ -86,9 +87,15 @@ def _locked(output_dir: str):
     return run_lock(output_dir) if os.environ.get("RANK", "0") == "0" else contextlib.nullcontext()
 
 
-def _resume_command(prog: str, argv: list[str], resume_flag: bool) -> str:
+def _resume_command(prog: str, argv: list[str], resume_flag: bool, continue_in: str | None = None) -> str:
+    """The command that continues; with ``continue_in`` (a study's working directory, against which its paths and
+    its runs' data paths resolve) it first changes there and names the script as it was launched, so that it works
+    from any folder."""
+    if continue_in and prog == "python run.py" and Path(sys.argv[0]).name == "run.py":
+        prog = f"python {shlex.quote(sys.argv[0])}"
     command = [*shlex.split(prog), *argv] + ([] if "--resume" in argv or not resume_flag else ["--resume"])
-    return " ".join(shlex.quote(part) for part in command)
+    text = " ".join(shlex.quote(part) for part in command)
+    return f"cd {shlex.quote(continue_in)} && {text}" if continue_in else text
 
 
 def options_help() -> str:

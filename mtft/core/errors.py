@@ -44,6 +44,7 @@ class Interrupted(UserError):
     (128 + the signal's number, as a shell reports a process the signal ended: 143 for SIGTERM, 130 for SIGINT)."""
 
     resume_flag = True  # the command continues with --resume added (a study continues by the same command)
+    continue_in: str | None = None  # set: the printed command first changes to this folder (works from anywhere)
 
     def __init__(self, signal_name: str, step: int, checkpoint, message: str = ""):
         self.signal_name, self.step, self.checkpoint = signal_name, step, checkpoint

@@ -10,9 +10,10 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from mtft.core.errors import shorten
 from mtft.study.aggregate import run_record
 from mtft.study.plan import PlannedRun
-from mtft.study.state import is_finished, is_started, read_status, status_path
+from mtft.study.state import is_finished, is_started, read_status, recovered_status, status_path
 
 Extra = Callable[[Path], dict[str, float]]  # a study analysis's numbers of one run directory
 
@@ -23,10 +24,16 @@ def collect(root: Path, runs: list[PlannedRun], extra: Sequence[Extra] = ()) -> 
 
 def record_of(root: Path, run: PlannedRun, extra: Sequence[Extra] = ()) -> dict[str, Any]:
     """The run's record: complete (with its metrics and ``extra``'s), failed (with its error line) or pending."""
-    status = read_status(status_path(root, run))
+    path = status_path(root, run)
+    status = recovered_status(path, run.run_dir) or read_status(path)  # a run finished but never recorded
     cell, axes, seed, where = run.cell.name, run.cell.axes, run.seed, str(run.run_dir)
     if is_finished(run.run_dir):
-        metrics = run_metrics(run.run_dir)
+        try:
+            metrics = run_metrics(run.run_dir)
+        except (OSError, ValueError) as error:  # torn or edited by hand: the run's numbers are lost
+            lost = "metrics.json cannot be read; delete the run's folder to run it again"
+            error_text = f"{lost} ({type(error).__name__}: {shorten(str(error))})"
+            return run_record(cell, axes, seed, "failed", error=error_text, run_dir=where)
         for numbers in extra:
             metrics.update(numbers(run.run_dir))
         if "wall_s" in status:

@@ -1,7 +1,8 @@
 """One run of a study as a job object: the same callable runs under the local executor and inside a Slurm job.
 
 The job launches ``python -m mtft --config <resolved config>`` (with ``--resume`` when the run directory already
-exists) as a child process, sends its console output to the run's log, and records the outcome in the run's status
+exists) as a child process of the study's own interpreter, importing the study's own mtft (not one the working
+directory may hold), sends its console output to the run's log, and records the outcome in the run's status
 file. A run is a child process rather than a function call so that a crash, an ``os._exit`` or a leak in one run
 cannot take the study down, and so that each run gets its own thread count and distributed environment.
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -25,11 +27,17 @@ from typing import Any, Optional
 
 from mtft.core.runlock import lock_path, waiting_lock
 from mtft.core.version import code_version
-from mtft.study.state import is_finished, is_started, record_attempt
+from mtft.study.state import is_finished, is_started, record_attempt, record_launch
 
 # variables of an enclosing launch that must not leak into a run's own distributed set-up
 _LAUNCH_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK")
 _MTFT_ROOT = str(Path(__file__).resolve().parents[2])  # the folder that holds the mtft package
+# ``python -m mtft`` would put the run's working directory first on sys.path, so an ``mtft`` folder there would be
+# imported instead of the study's own; ``-c`` puts '' there, which this replaces with the study's package folder
+_BOOT = (
+    f"import sys; sys.path[0] = {_MTFT_ROOT!r}; from mtft.cli import entry_point; "
+    "entry_point(sys.argv[1:], prog='python -m mtft')"
+)
 INTERRUPTED = (130, 143, -signal.SIGINT, -signal.SIGTERM)
 
 
@@ -49,7 +57,11 @@ class RunJob:
 
     def command(self) -> list[str]:
         resume = ["--resume"] if is_started(Path(self.run_dir)) else []
-        return [sys.executable, "-m", "mtft", "--config", self.config_path, *resume]
+        return [*self.interpreter(), "--config", self.config_path, *resume]
+
+    def interpreter(self) -> list[str]:
+        """The study's own interpreter, importing the study's own mtft whatever the working directory holds."""
+        return [sys.executable, "-c", _BOOT]
 
     def environment(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in _LAUNCH_VARIABLES}
@@ -71,10 +83,13 @@ class RunJob:
         log = Path(self.log_path) if main else Path(self.log_path).with_suffix(f".rank{rank}.log")
         log.parent.mkdir(parents=True, exist_ok=True)
         code = code_version()  # what the run will import: the source as it is at launch
+        if main:
+            record_launch(Path(self.status_path), code, time.time())
         start = time.perf_counter()
         with open(log, "a", encoding="utf-8") as out:
-            out.write(f"$ {' '.join(self.command())}\n")
+            out.write(f"$ {shlex.join(self.command())}\n")
             out.flush()
+            since = log.stat().st_size  # the log is appended over attempts: this attempt's output starts here
             process = subprocess.Popen(
                 self.command(),
                 cwd=self.cwd,
@@ -93,7 +108,7 @@ class RunJob:
         elif returncode in INTERRUPTED:
             status, error = "interrupted", "stopped by a signal; the study's next run resumes it"
         else:
-            status, error = "failed", error_line(log)
+            status, error = "failed", error_line(log, since, returncode)
         if main:
             record_attempt(Path(self.status_path), status, returncode, seconds, error, code)
         return {"key": self.key, "status": status, "returncode": returncode, "error": error}
@@ -105,16 +120,31 @@ class RunJob:
         return submitit.helpers.DelayedSubmission(self)
 
 
-def error_line(log: Path) -> str:
-    """The run's own ``error:`` line, else the last line of its output (a traceback's last line names the error)."""
+def error_line(log: Path, since: int = 0, returncode: Optional[int] = None) -> str:
+    """The attempt's own ``error:`` line, else its last line (a traceback's last line names the error); only what
+    the attempt wrote from byte ``since`` on, never a previous attempt's line. A run killed by a signal (SIGKILL, the
+    OOM killer) says so."""
     try:
-        lines = [line.strip() for line in log.read_text(encoding="utf-8", errors="replace").splitlines()]
+        with open(log, "rb") as file:
+            file.seek(since)
+            text = file.read().decode("utf-8", errors="replace")
     except OSError:
         return "no output"
-    lines = [line for line in lines if line]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("error:")]
-    line = errors[-1] if errors else (lines[-1] if lines else "no output")
-    return line[:300]
+    if errors:
+        return errors[-1][:300]
+    if returncode is not None and returncode < 0:
+        killed = f"killed by {_signal_name(-returncode)}"
+        return (f"{killed}; its last line: {lines[-1]}" if lines else f"{killed}, with no output")[:300]
+    return (lines[-1] if lines else "no output")[:300]
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _wait_until_free(run_dir: Path) -> None:

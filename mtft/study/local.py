@@ -60,6 +60,7 @@ def run_local(jobs: list[RunJob], workers: int, on_result: Callable[[dict[str, A
             "a checkpoint",
         )
         stopped.resume_flag = False
+        stopped.continue_in = os.getcwd()  # the study's relative paths and its runs' resolve against it
         raise stopped
 
 

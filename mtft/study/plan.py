@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 import yaml
 
+from mtft.config.deepspeed import read_deepspeed_json, use_bf16
 from mtft.config.load import config_to_yaml, read_yaml_mapping, set_dotted, validate_config
 from mtft.config.schema import RunConfig
 from mtft.core.errors import ConfigError, UserError
@@ -87,7 +88,10 @@ def plan_runs(spec: StudySpec, base: Path, study_file: Path) -> list[PlannedRun]
     checked: set[str] = set()
     draws = range(spec.leave_one_out.draws) if spec.leave_one_out else range(0)
     runs: list[PlannedRun] = []
-    for cell in expand_cells(spec):
+    cells = expand_cells(spec)
+    if not cells:
+        raise ConfigError(f"{study_file}: exclude leaves out every cell of the study; there is nothing to run")
+    for cell in cells:
         for seed in spec.seed_list:
             runs.append(_planned(spec, raw_base, study_file, cell, seed, None, checked))
             runs += [_planned(spec, raw_base, study_file, cell, seed, draw, checked) for draw in draws]
@@ -112,6 +116,7 @@ def _planned(
     fixed["run.name"] = f"{cell.name}-seed{seed}" + ("" if draw is None else f"-loo{draw}")
     raw = copy.deepcopy(raw_base)
     try:
+        _check_not_owned({**spec.overrides, **cell.overrides}, list(fixed))
         for key, value in {**spec.overrides, **cell.overrides, **fixed}.items():
             set_dotted(raw, key, copy.deepcopy(value))
         data = raw.get("data")
@@ -133,9 +138,28 @@ def _planned(
     return PlannedRun(cell, seed, run_dir, path, config_to_yaml(config), draw)
 
 
+def _check_not_owned(overrides: dict[str, Any], owned: list[str]) -> None:
+    """A key the study sets for every run (its folder, its name, its seeds) is refused in the overrides, nested
+    (``{run: {output_dir: ...}}``) or dotted: the study would otherwise have to silently drop it, or let a run be
+    written outside the study's folder."""
+    for key in _flatten(overrides):
+        for own in owned:
+            if key == own or key.startswith(f"{own}.") or own.startswith(f"{key}."):
+                raise ConfigError(
+                    f"'{own}' is set by the study itself (each run's folder, name and seeds); "
+                    "leave it out of the study's overrides, variants and factors"
+                )
+
+
 def _check_once(config: RunConfig, where: str, checked: set[str]) -> None:
     """What ``run.py`` checks before it starts (tasks, languages, metric, local data files, the backbone's location),
-    once per distinct task/model set-up: a study of learning rates checks its data once, not once per cell."""
+    once per distinct task/model set-up: a study of learning rates checks its data once, not once per cell. The
+    DeepSpeed JSON (relative to this folder, the runs' working directory too) and the precision, every cell."""
+    try:
+        read_deepspeed_json(config.training.deepspeed_config)
+        use_bf16(config.training)
+    except ConfigError as error:
+        raise ConfigError(f"{where}: {error}") from None
     key = json.dumps([config.data.model_dump(mode="json"), config.evaluation.metric_for_best, config.model.backbone])
     if key in checked:
         return

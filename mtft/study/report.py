@@ -103,17 +103,21 @@ def study_markdown(
 
 def _code_section(results: StudyResults) -> list[str]:
     """Say so when the complete runs were not all produced by the same mtft source (a study resumed across an
-    edit or a commit): their numbers may not be comparable, and nothing else in the tables would show it."""
-    versions = results.code_versions
-    if not versions or list(versions) == ["unrecorded"]:
+    edit or a commit): their numbers may not be comparable, and nothing else in the tables would show it. A run
+    that recorded no source (finished before the record was kept) is counted apart, not as another version."""
+    versions = dict(results.code_versions)
+    unrecorded = versions.pop("unrecorded", 0)
+    if not versions:
         return []  # nothing recorded (runs older than the record): nothing to say
+    missing = f" ({unrecorded} run(s) recorded no source)" if unrecorded else ""
     if len(versions) == 1:
-        return [f"Code: every run by mtft source {next(iter(versions))}.", ""]
+        runs = "every run that recorded one" if unrecorded else "every run"
+        return [f"Code: {runs} by mtft source {next(iter(versions))}{missing}.", ""]
     listed = ", ".join(f"{source}: {count} runs" for source, count in versions.items())
     return [
         f"**Code: the complete runs come from {len(versions)} versions of the mtft source** ({listed}; a run "
-        "resumed across versions counts under each). Compare them only if the changes in between do not touch "
-        "training; a fresh output_dir reruns everything under one version.",
+        f"resumed across versions counts under each){missing}. Compare them only if the changes in between do not "
+        "touch training; a fresh output_dir reruns everything under one version.",
         "",
     ]
 

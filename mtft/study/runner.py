@@ -8,11 +8,15 @@ tables, paired differences and plots are written from the run directories on dis
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
+from mtft.core.errors import DiskFullError
+from mtft.core.runlock import run_lock
 from mtft.study import loo
 from mtft.study.aggregate import aggregate
 from mtft.study.analyses import build_analyses, write_analyses
@@ -21,13 +25,17 @@ from mtft.study.jobs import RunJob
 from mtft.study.local import default_threads, run_local
 from mtft.study.plan import PlannedRun, expand_cells, plan_runs
 from mtft.study.report import write_results
+from mtft.study.slurm import check_slurm, run_slurm
 from mtft.study.spec import StudySpec
 from mtft.study.state import (
+    check_no_links,
     check_run_configs,
+    check_study_dir,
     is_finished,
     log_path,
     open_study_dir,
     record_attempt,
+    recover_status,
     status_path,
     write_run_configs,
 )
@@ -39,23 +47,46 @@ def run_study(spec: StudySpec, base: Path, study_file: Path, report_only: bool =
     runs = plan_runs(spec, base, study_file)  # every cell validated before anything is written
     build_analyses(spec.analyses, spec.axes)  # so is every analysis the study asks for
     root = spec.directory
-    if report_only:
-        if not root.is_dir():
-            raise_missing(root)
-    else:
-        open_study_dir(root, spec.name, study_file.read_text(encoding="utf-8"))
-        check_run_configs(runs)
-        write_run_configs(runs)
-        todo = [run for run in runs if not is_finished(run.run_dir)]
-        pairs = f" (+ {spec.leave_one_out.draws} leave-one-out run(s) each)" if spec.leave_one_out else ""
-        print(
-            f"[mtft] study {spec.name}: {len(expand_cells(spec))} cells x {len(spec.seed_list)} seeds{pairs} = "
-            f"{len(runs)} runs, {len(runs) - len(todo)} finished, {len(todo)} to run -> {root}",
-            flush=True,
-        )
-        if todo:
-            execute(spec, root, todo)
-    return report(spec, root, runs, study_file)
+    check_study_dir(root, spec.name, existing=report_only)
+    if spec.executor.name == "slurm" and not report_only:
+        check_slurm(spec.executor.slurm)
+    with run_lock(root), _disk_full_in_one_line(root):  # one study process at a time in the folder
+        check_no_links(root)  # nothing written through a link planted in the folder, report included
+        if not report_only:
+            check_study_dir(root, spec.name)  # again, now that no other study process can be claiming it
+            check_run_configs(runs)  # refused before anything is written: a refused command changes nothing
+            open_study_dir(root, spec.name, study_file.read_text(encoding="utf-8"))
+            write_run_configs(runs)
+            for run in runs:  # a study killed after a run finished and before it recorded it
+                recover_status(status_path(root, run), run.run_dir)
+            todo = [run for run in runs if not is_finished(run.run_dir)]
+            pairs = f" (+ {spec.leave_one_out.draws} leave-one-out run(s) each)" if spec.leave_one_out else ""
+            print(
+                f"[mtft] study {spec.name}: {len(expand_cells(spec))} cells x {len(spec.seed_list)} seeds{pairs} = "
+                f"{len(runs)} runs, {len(runs) - len(todo)} finished, {len(todo)} to run -> {root}",
+                flush=True,
+            )
+            if todo:
+                execute(spec, root, todo)
+        return report(spec, root, runs, study_file)
+
+
+@contextlib.contextmanager
+def _disk_full_in_one_line(root: Path) -> Iterator[None]:
+    """A write that ran out of space, wherever in the study, is one line whose advice ``run.py study`` accepts: the
+    same command continues (finished runs kept, interrupted ones resumed); it has no ``--resume``."""
+    try:
+        yield
+    except (DiskFullError, OSError) as error:
+        if isinstance(error, DiskFullError):
+            where = str(error).partition(";")[0]  # "no space left on <path>"
+        elif error.errno in (errno.ENOSPC, errno.EDQUOT):
+            where = f"no space left on {error.filename or root}"
+        else:
+            raise
+        raise DiskFullError(
+            f"{where}; free some space, then run the same study command again (finished runs are kept)"
+        ) from None
 
 
 def execute(spec: StudySpec, root: Path, todo: list[PlannedRun]) -> None:
@@ -74,8 +105,6 @@ def execute(spec: StudySpec, root: Path, todo: list[PlannedRun]) -> None:
             job.threads = executor.threads or default_threads(executor.workers)
         run_local(jobs, executor.workers, on_result)
     else:
-        from mtft.study.slurm import run_slurm
-
         run_slurm(jobs, executor.slurm, root / "slurm", on_result)
 
 
@@ -105,15 +134,13 @@ def report(spec: StudySpec, root: Path, runs: list[PlannedRun], study_file: Path
         measured = sum(len(cell.pairs) for cell in stability)
         print(f"[mtft] study {spec.name}: leave-one-out stability of {measured} pair(s) -> {root / 'loo.json'}")
     counts = {status: sum(r["status"] == status for r in records) for status in ("complete", "failed", "pending")}
+    # a failed run on S^i is not in the tables, but its leave-one-out pair is missing: the study failed too
+    pairs = [r for r in collect(root, [run for run in runs if run.draw is not None]) if r["status"] == "failed"]
+    also = f" (and {len(pairs)} leave-one-out run(s) on S^i failed)" if pairs else ""
     print(
         f"[mtft] study {spec.name}: {counts['complete']} complete, {counts['failed']} failed, "
-        f"{counts['pending']} pending -> {root / 'study.md'}",
+        f"{counts['pending']} pending{also} -> {root / 'study.md'}",
         flush=True,
     )
+    counts["failed"] += len(pairs)
     return counts
-
-
-def raise_missing(root: Path) -> None:
-    from mtft.core.errors import ConfigError
-
-    raise ConfigError(f"--report-only: study directory {root} does not exist; run the study first")

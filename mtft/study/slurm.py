@@ -12,6 +12,7 @@ how the tests exercise this path.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any, Callable
 
@@ -26,9 +27,8 @@ def run_slurm(
     """Submit ``jobs`` as one array and wait for them; ``on_result`` sees each outcome."""
     import submitit
 
+    check_slurm(slurm)
     executor = submitit.AutoExecutor(folder=str(folder), cluster=slurm.cluster)
-    if executor.cluster == "local" and slurm.gpus_per_job:
-        raise ConfigError("executor.slurm.cluster=local runs on this machine: set gpus_per_job: 0")
     tasks = slurm.processes_per_node or max(1, slurm.gpus_per_job)
     parameters: dict[str, Any] = {
         "timeout_min": slurm.time_min,
@@ -65,6 +65,20 @@ def run_slurm(
         except Exception as error:  # the job died outside the run (node failure, cancelled): keep going
             outcome = {"key": job.key, "status": "failed", "returncode": None, "error": _first_line(error)}
         on_result(outcome)
+
+
+def check_slurm(slurm: SlurmSection) -> None:
+    """Before the study writes anything: Slurm must be there unless the study asks for submitit's local cluster
+    (without it, submitit would silently run every job on this machine)."""
+    if slurm.cluster in (None, "slurm"):
+        missing = [name for name in ("sbatch", "srun") if shutil.which(name) is None]
+        if missing:
+            raise ConfigError(
+                f"executor.name=slurm: Slurm is not available here ({' and '.join(missing)} not on PATH); run the "
+                "study where Slurm is, or use executor.name=local"
+            )
+    elif slurm.gpus_per_job:
+        raise ConfigError(f"executor.slurm.cluster={slurm.cluster} runs on this machine: set gpus_per_job: 0")
 
 
 def _first_line(error: BaseException) -> str:

@@ -84,6 +84,28 @@ class SlurmSection(_Section):
     )
     setup: list[str] = Field(default_factory=list, description="Shell lines run before each job (module load, ...).")
 
+    @field_validator("partition")
+    @classmethod
+    def _one_line(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and _line_break(value):
+            raise ValueError(f"must be one line (it becomes an #SBATCH line of the job script), got {echo(value)}")
+        return value
+
+    @field_validator("additional")
+    @classmethod
+    def _one_line_each(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key, item in value.items():
+            if _line_break(key) or _line_break(str(item)):
+                raise ValueError(
+                    f"{echo(key)}: {echo(item)} must be one line (each becomes an #SBATCH line of the job script)"
+                )
+        return value
+
+
+def _line_break(text: str) -> bool:
+    """A line break of any kind, which would end an #SBATCH line and start a shell line of the job script."""
+    return len(text.splitlines()) > 1 or text.endswith(("\n", "\r"))
+
 
 class ExecutorSection(_Section):
     name: Literal["local", "slurm"] = Field("local", description="local: subprocesses here; slurm: job arrays.")

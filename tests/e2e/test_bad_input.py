@@ -35,6 +35,9 @@ SENTIMENT = json.dumps(
     }
 )
 GOOD_ROWS = "".join(json.dumps({"text": f"good {i}", "label": ["neg", "pos"][i % 2]}) + "\n" for i in range(8))
+# a one-cell study of the e2e base config, its file at {tmp}/s.yaml
+STUDY = ["study", "--config", "{tmp}/s.yaml"]
+STUDY_FILE = f"name: s\nbase: {REPO / BASE_CONFIG}\nseeds: [0]\n"
 # the user task above, its data from {tmp}/data/en/<split>.jsonl
 SENT_RUN = [
     *BASE,
@@ -198,6 +201,18 @@ FAST = {
     ),
     "probe-bad-gamma": (["probe", "--checkpoint", "{tmp}", "--gamma", "abc"], {}, "--gamma"),
     "probe-no-gamma": (["probe", "--checkpoint", "{tmp}"], {}, "--gamma"),
+    # studies (issue 28): refused while planning or claiming the folder, before any run or file
+    "study-output-dir-a-file": ([*STUDY, "output_dir={tmp}/out"], {"s.yaml": STUDY_FILE, "out": "x"}, "is a file"),
+    "study-owns-run-output-dir": (
+        [*STUDY, "output_dir={tmp}/out", "overrides.run.output_dir={tmp}/escaped"],
+        {"s.yaml": STUDY_FILE},
+        "'run.output_dir' is set by the study itself",
+    ),
+    "study-report-only-foreign-folder": (
+        [*STUDY, "output_dir={tmp}/out", "--report-only"],
+        {"s.yaml": STUDY_FILE, "out/study.md": "mine", "out/results.csv": "mine"},
+        "is not a study directory",
+    ),
 }
 
 # cases that load task files or data: their own process each

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -123,6 +124,10 @@ def test_sigkilled_study_resumes_to_the_uninterrupted_result(finished, tmp_path)
     for run_dir, mtime in finished_before.items():  # not re-run
         assert (run_dir / "metrics.json").stat().st_mtime_ns == mtime
     assert run_metrics(out) == run_metrics(finished)  # resumed runs end where uninterrupted ones did
+    # a run that finished just before the kill, its outcome unrecorded, gets its status from the run (issue 28)
+    statuses = [json.loads(p.read_text()) for p in out.glob("status/*/seed-*.json")]
+    assert len(statuses) == 8 and all(s["status"] == "finished" and s["wall_s"] > 0 for s in statuses), statuses
+    assert "versions of the mtft source" not in (out / "study.md").read_text()
 
 
 def test_a_failing_cell_is_reported_and_the_others_finish(tmp_path):
@@ -213,7 +218,8 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_continue(tmp_path):
     assert process.returncode == 130, stderr[-2000:]
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("error: study stopped by SIGINT") and "--resume" not in last
-    assert last.endswith(f"continue with: python run.py study --config {STUDY} output_dir={out} 'seeds=[0]'")
+    continued = f"cd {shlex.quote(str(REPO))} && python run.py study --config {STUDY} output_dir={out} 'seeds=[0]'"
+    assert last.endswith(f"continue with: {continued}")  # from any folder
     statuses = [json.loads(p.read_text())["status"] for p in out.glob("status/*/seed-0.json")]
     assert "interrupted" in statuses and "failed" not in statuses
     assert len(list(out.glob("runs/*/seed-0/metrics.json"))) < 4  # it stopped: not every run finished

@@ -159,6 +159,25 @@ def test_seed_keys_set_every_listed_seed_to_the_runs_seed(tmp_path):
         ({"seed_keys": ["run.seed", "training.optimizer.lr"]}, "'training.optimizer.lr' is not a seed"),
         ({"seed_keys": ["run.seed", "pretrain.seed", "pretrain.seed"]}, "listed twice"),
         ({"seed_keys": ["run.seed", "pretrain.seed"], "grid": {"pretrain.seed": [0, 1]}}, "cannot also be a grid"),
+        (
+            {"exclude": [{"training.optimizer.lr": 0.001}, {"training.optimizer.lr": 0.01}]},
+            "exclude leaves out every cell of the study",
+        ),
+        (  # one cell's DeepSpeed JSON is missing (a path relative to another folder): before any run starts
+            {"grid": {"training.deepspeed_config": ["configs/deepspeed/zero2.json", "deepspeed/zero2.json"]}},
+            "[cell deepspeed_config-deepspeed-zero2.json]: training.deepspeed_config: file not found",
+        ),
+        # a line break would end the #SBATCH line and start a shell line of the job script
+        ({"executor": {"name": "slurm", "slurm": {"partition": "gpu\ntouch /tmp/x"}}}, "partition: must be one line"),
+        ({"executor": {"slurm": {"additional": {"qos": "high\r\ntouch /tmp/x"}}}}, "additional: 'qos'"),
+        # the study owns each run's folder, name and seeds: refused nested or dotted, in every kind of overrides
+        ({"overrides": {"run": {"output_dir": "/tmp/ESC", "name": "x"}}}, "'run.output_dir' is set by the study"),
+        ({"overrides": {"run": {"seed": 4}}}, "'run.seed' is set by the study"),
+        ({"variants": [{"name": "a", "overrides": {"run.name": "x"}}]}, "'run.name' is set by the study"),
+        (
+            {"seed_keys": ["run.seed", "pretrain.seed"], "factors": {"f": {"a": {"pretrain": {"seed": 3}}}}},
+            "[cell a_lr-0.001]: 'pretrain.seed' is set by the study",
+        ),
     ],
 )
 def test_bad_study_one_line_naming_the_problem(tmp_path, fields, message):

@@ -147,9 +147,13 @@ def test_runs_from_several_versions_of_the_source_are_flagged(tmp_path):
     text = write_results(tmp_path / "one", one)["md"].read_text()
     assert one.code_versions == {"aaaaaaaaaaaa": len(records)}
     assert "Code: every run by mtft source aaaaaaaaaaaa." in text and "versions of the mtft source" not in text
+    records[1]["code"] = []  # finished before versions were recorded: not a version of its own
+    partly = write_results(tmp_path / "partly", aggregate(records, AXES, ["*"], None, CELLS))["md"].read_text()
+    assert "Code: every run that recorded one by mtft source aaaaaaaaaaaa (1 run(s) recorded no source)." in partly
+    assert "versions of the mtft source" not in partly
     records[0]["code"] = ["aaaaaaaaaaaa", "bbbbbbbbbbbb"]  # resumed under an edited source
-    records[1]["code"] = []  # finished before versions were recorded
     mixed = aggregate(records, AXES, ["*"], None, CELLS)
     assert mixed.code_versions == {"aaaaaaaaaaaa": len(records) - 1, "bbbbbbbbbbbb": 1, "unrecorded": 1}
     text = write_results(tmp_path / "mixed", mixed)["md"].read_text()
-    assert "**Code: the complete runs come from 3 versions of the mtft source**" in text
+    assert "**Code: the complete runs come from 2 versions of the mtft source**" in text
+    assert "(1 run(s) recorded no source)" in text
