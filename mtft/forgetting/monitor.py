@@ -31,10 +31,9 @@ from typing import Any, Optional
 import torch
 
 from mtft.adapters import build_method
-from mtft.config.deepspeed import use_bf16, zero_stage
+from mtft.config.deepspeed import zero_stage
 from mtft.config.paths import cache_dir
 from mtft.config.schema import RunConfig
-from mtft.core.errors import ConfigError
 from mtft.forgetting.corpus import MlmEvalSet, build_eval_set, corpus_languages
 from mtft.forgetting.head_fit import fitted_head
 from mtft.forgetting.hessian import EigenResult, LpObjective, top_eigenvalue
@@ -57,28 +56,9 @@ class ForgettingSetup:
     lp_head: str = FRESH_HEAD  # how L_p's masked-LM head was obtained, for the log and the report
 
 
-def check_forgetting(config: RunConfig) -> None:
-    """The monitors' settings that the DeepSpeed configuration rules out (checked before DeepSpeed starts)."""
-    cfg = config.forgetting
-    if not cfg.enabled:
-        return
-    stage = zero_stage(config)
-    if stage == 3 and cfg.regularization > 0:
-        raise ConfigError(
-            "forgetting.regularization adds λ(θ − θ_p) to each weight's gradient through a hook, which ZeRO-3's "
-            f"partitioned gradients bypass; use ZeRO stage 0-2 (not 3, from {config.training.deepspeed_config}) "
-            "or forgetting.regularization=0"
-        )
-    if cfg.budget is not None and cfg.budget.action == "scale" and (stage > 0 or use_bf16(config.training)):
-        raise ConfigError(
-            "forgetting.budget.action=scale edits the weights the optimizer steps, which needs "
-            "ZeRO stage 0 in fp32; use action=stop here"
-        )
-
-
 def prepare_forgetting(config: RunConfig, model_config: RunConfig, data) -> Optional[ForgettingSetup]:
     """Load the monitors' corpus and masked-LM head (what the DeepSpeed configuration rules out was refused by
-    :func:`check_forgetting` before DeepSpeed started); ``None`` when they are off."""
+    :func:`mtft.config.deepspeed.check_forgetting` before DeepSpeed started); ``None`` when they are off."""
     cfg = config.forgetting
     if not cfg.enabled:
         return None
