@@ -54,3 +54,24 @@ def use_bf16(training: TrainingSection) -> bool:
 def zero_stage(config: RunConfig) -> int:
     """The ZeRO stage of the run's DeepSpeed JSON (0 when it sets none)."""
     return int(read_deepspeed_json(config.training.deepspeed_config).get("zero_optimization", {}).get("stage", 0))
+
+
+def check_forgetting(config: RunConfig) -> None:
+    """The forgetting monitors' settings that the DeepSpeed configuration rules out. Config-only (the resolved
+    config and the JSON's ZeRO stage), so that a run's preflight and a study's check of every cell, which may not
+    import the monitors, both refuse them before anything starts."""
+    cfg = config.forgetting
+    if not cfg.enabled:
+        return
+    stage = zero_stage(config)
+    if stage == 3 and cfg.regularization > 0:
+        raise ConfigError(
+            "forgetting.regularization adds λ(θ − θ_p) to each weight's gradient through a hook, which ZeRO-3's "
+            f"partitioned gradients bypass; use ZeRO stage 0-2 (not 3, from {config.training.deepspeed_config}) "
+            "or forgetting.regularization=0"
+        )
+    if cfg.budget is not None and cfg.budget.action == "scale" and (stage > 0 or use_bf16(config.training)):
+        raise ConfigError(
+            "forgetting.budget.action=scale edits the weights the optimizer steps, which needs "
+            "ZeRO stage 0 in fp32; use action=stop here"
+        )

@@ -31,10 +31,9 @@ from typing import Any, Optional
 import torch
 
 from mtft.adapters import build_method
-from mtft.config.deepspeed import use_bf16, zero_stage
+from mtft.config.deepspeed import zero_stage
 from mtft.config.paths import cache_dir
 from mtft.config.schema import RunConfig
-from mtft.core.errors import ConfigError
 from mtft.forgetting.corpus import MlmEvalSet, build_eval_set, corpus_languages
 from mtft.forgetting.head_fit import fitted_head
 from mtft.forgetting.hessian import EigenResult, LpObjective, top_eigenvalue
@@ -57,28 +56,9 @@ class ForgettingSetup:
     lp_head: str = FRESH_HEAD  # how L_p's masked-LM head was obtained, for the log and the report
 
 
-def check_forgetting(config: RunConfig) -> None:
-    """The monitors' settings that the DeepSpeed configuration rules out (checked before DeepSpeed starts)."""
-    cfg = config.forgetting
-    if not cfg.enabled:
-        return
-    stage = zero_stage(config)
-    if stage == 3 and cfg.regularization > 0:
-        raise ConfigError(
-            "forgetting.regularization adds λ(θ − θ_p) to each weight's gradient through a hook, which ZeRO-3's "
-            f"partitioned gradients bypass; use ZeRO stage 0-2 (not 3, from {config.training.deepspeed_config}) "
-            "or forgetting.regularization=0"
-        )
-    if cfg.budget is not None and cfg.budget.action == "scale" and (stage > 0 or use_bf16(config.training)):
-        raise ConfigError(
-            "forgetting.budget.action=scale edits the weights the optimizer steps, which needs "
-            "ZeRO stage 0 in fp32; use action=stop here"
-        )
-
-
 def prepare_forgetting(config: RunConfig, model_config: RunConfig, data) -> Optional[ForgettingSetup]:
     """Load the monitors' corpus and masked-LM head (what the DeepSpeed configuration rules out was refused by
-    :func:`check_forgetting` before DeepSpeed started); ``None`` when they are off."""
+    :func:`mtft.config.deepspeed.check_forgetting` before DeepSpeed started); ``None`` when they are off."""
     cfg = config.forgetting
     if not cfg.enabled:
         return None
@@ -179,7 +159,8 @@ class ForgettingMonitor:
         self.steps = 0  # K
         self.sum_update_sq = [0.0] * len(self.groups)
         self.distance_sq = [0.0] * len(self.groups)
-        self.last_evaluated: Optional[int] = None
+        self.last_evaluated: Optional[int] = None  # the step of the last "forgetting" row
+        self.ended: Optional[int] = None  # the step end() logged the final row and the probe at
         self.eigen: Optional[EigenResult] = None
 
     # ---------------------------------------------------------------------------------------------
@@ -188,13 +169,23 @@ class ForgettingMonitor:
         return self.eigen.value
 
     def state_dict(self) -> dict[str, Any]:
-        return {"steps": self.steps, "sum_update_sq": self.sum_update_sq, "distance_sq": self.distance_sq}
+        """What a checkpoint keeps: the path sums, and which rows of metrics.jsonl it already holds (the last
+        measurement's step, the step end() ran at), so that a resume does not log them again."""
+        return {
+            "steps": self.steps,
+            "sum_update_sq": self.sum_update_sq,
+            "distance_sq": self.distance_sq,
+            "last_evaluated": self.last_evaluated,
+            "ended": self.ended,
+        }
 
     def load_state_dict(self, state: Optional[dict]) -> None:
         if state:
             self.steps = int(state["steps"])
             self.sum_update_sq = [float(v) for v in state["sum_update_sq"]]
             self.distance_sq = [float(v) for v in state["distance_sq"]]
+            self.last_evaluated = state.get("last_evaluated")  # absent from checkpoints before it was kept
+            self.ended = state.get("ended")
 
     def start(self, step: int, log) -> None:
         """L_p(θ_p) and λ_p (cached), once; the trackers synchronised with the current weights."""
@@ -325,13 +316,16 @@ class ForgettingMonitor:
 
     # ---------------------------------------------------------------------------------------------
     def end(self, step: int) -> None:
-        """The final measurement (if the last step was not one), and the end-of-run probe (rank 0)."""
-        if self.last_evaluated != step:
+        """The final measurement (if the last step was not one), and the end-of-run probe (rank 0). Once per run:
+        the run saves its checkpoint after this, so a resume of the finished run (its checkpoint says ``ended``)
+        finds the final row and the probe's rows in metrics.jsonl, and probe.json written, already."""
+        done, self.ended = self.ended == step, step
+        if not done and self.last_evaluated != step:
             self.evaluate(step)
         for handle in self.handles:
             handle.remove()
         probe = self.cfg.probe
-        if not probe.gammas or not self.is_main:
+        if done or not probe.gammas or not self.is_main:
             return
         start = time.perf_counter()
         stds = init_stds(self.mlm, self._fresh_model())

@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 import yaml
 
-from mtft.config.deepspeed import read_deepspeed_json, use_bf16
+from mtft.config.deepspeed import check_forgetting, read_deepspeed_json, use_bf16
 from mtft.config.load import config_to_yaml, read_yaml_mapping, set_dotted, validate_config
 from mtft.config.schema import RunConfig
 from mtft.core.errors import ConfigError, UserError
@@ -154,10 +154,12 @@ def _check_not_owned(overrides: dict[str, Any], owned: list[str]) -> None:
 def _check_once(config: RunConfig, where: str, checked: set[str]) -> None:
     """What ``run.py`` checks before it starts (tasks, languages, metric, local data files, the backbone's location),
     once per distinct task/model set-up: a study of learning rates checks its data once, not once per cell. The
-    DeepSpeed JSON (relative to this folder, the runs' working directory too) and the precision, every cell."""
+    DeepSpeed JSON (relative to this folder, the runs' working directory too), the precision and what the JSON's
+    ZeRO stage rules out for the forgetting monitors, every cell."""
     try:
         read_deepspeed_json(config.training.deepspeed_config)
         use_bf16(config.training)
+        check_forgetting(config)
     except ConfigError as error:
         raise ConfigError(f"{where}: {error}") from None
     key = json.dumps([config.data.model_dump(mode="json"), config.evaluation.metric_for_best, config.model.backbone])

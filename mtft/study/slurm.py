@@ -29,11 +29,30 @@ def run_slurm(
 
     check_slurm(slurm)
     executor = submitit.AutoExecutor(folder=str(folder), cluster=slurm.cluster)
-    tasks = slurm.processes_per_node or max(1, slurm.gpus_per_job)
+    executor.update_parameters(**slurm_parameters(slurm, executor.cluster))
+    distributed = _tasks_per_node(slurm) * slurm.nodes > 1
+    for job in jobs:
+        job.distributed_from_submitit = distributed
+        # submitit's local executor starts every job at once: one thread each on a shared machine
+        job.threads = 1 if executor.cluster == "local" else slurm.cpus_per_task
+    submitted = executor.submit_array(jobs) if executor.cluster != "local" else [executor.submit(j) for j in jobs]
+    for job, handle in zip(jobs, submitted):
+        try:
+            outcome = handle.results()[0]  # one result per task; the first task is rank 0
+        except Exception as error:  # the job died outside the run (node failure, cancelled): keep going
+            outcome = {"key": job.key, "status": "failed", "returncode": None, "error": _first_line(error)}
+        on_result(outcome)
+
+
+def slurm_parameters(slurm: SlurmSection, cluster: str) -> dict[str, Any]:
+    """What a job asks for, as submitit's ``update_parameters`` of an AutoExecutor on ``cluster``. On Slurm,
+    submitit writes each value as one shell-quoted ``#SBATCH --key=value`` line (a comment to bash; sbatch reads
+    it as one argument), so a value reaches no shell: the study file refuses only what that quoting cannot carry
+    (:func:`mtft.study.spec._sbatch_value_problem`). ``setup`` lines are shell lines by design."""
     parameters: dict[str, Any] = {
         "timeout_min": slurm.time_min,
         "nodes": slurm.nodes,
-        "tasks_per_node": tasks,
+        "tasks_per_node": _tasks_per_node(slurm),
         "cpus_per_task": slurm.cpus_per_task,
         "gpus_per_node": slurm.gpus_per_job,
         "slurm_array_parallelism": slurm.array_parallelism,
@@ -47,24 +66,11 @@ def run_slurm(
         parameters["slurm_additional_parameters"] = dict(slurm.additional)
     if slurm.setup:
         parameters["slurm_setup"] = list(slurm.setup)
-    if executor.cluster == "local":  # submitit's local executor knows only the generic keys
+    if cluster == "local":  # submitit's local executor knows only the generic keys
         parameters = {k: v for k, v in parameters.items() if not k.startswith("slurm_") and k not in ("mem_gb",)}
-        parameters.pop("cpus_per_task")
-        parameters.pop("name")
-        parameters.pop("nodes")
-    executor.update_parameters(**parameters)
-    distributed = tasks * slurm.nodes > 1
-    for job in jobs:
-        job.distributed_from_submitit = distributed
-        # submitit's local executor starts every job at once: one thread each on a shared machine
-        job.threads = 1 if executor.cluster == "local" else slurm.cpus_per_task
-    submitted = executor.submit_array(jobs) if executor.cluster != "local" else [executor.submit(j) for j in jobs]
-    for job, handle in zip(jobs, submitted):
-        try:
-            outcome = handle.results()[0]  # one result per task; the first task is rank 0
-        except Exception as error:  # the job died outside the run (node failure, cancelled): keep going
-            outcome = {"key": job.key, "status": "failed", "returncode": None, "error": _first_line(error)}
-        on_result(outcome)
+        for key in ("cpus_per_task", "name", "nodes"):
+            parameters.pop(key)
+    return parameters
 
 
 def check_slurm(slurm: SlurmSection) -> None:
@@ -79,6 +85,11 @@ def check_slurm(slurm: SlurmSection) -> None:
             )
     elif slurm.gpus_per_job:
         raise ConfigError(f"executor.slurm.cluster={slurm.cluster} runs on this machine: set gpus_per_job: 0")
+
+
+def _tasks_per_node(slurm: SlurmSection) -> int:
+    """One process (DeepSpeed rank) per GPU, or ``processes_per_node``, or 1 without GPUs."""
+    return slurm.processes_per_node or max(1, slurm.gpus_per_job)
 
 
 def _first_line(error: BaseException) -> str:

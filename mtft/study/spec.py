@@ -7,6 +7,7 @@ and :mod:`mtft.study.plan` then validates every cell's resolved run config befor
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from types import UnionType
 from typing import Any, Iterable, Literal, Optional, Union, get_args, get_origin
@@ -87,24 +88,40 @@ class SlurmSection(_Section):
     @field_validator("partition")
     @classmethod
     def _one_line(cls, value: Optional[str]) -> Optional[str]:
-        if value is not None and _line_break(value):
-            raise ValueError(f"must be one line (it becomes an #SBATCH line of the job script), got {echo(value)}")
+        problem = None if value is None else _sbatch_value_problem(value)
+        if problem:
+            raise ValueError(f"{problem}, got {echo(value)}")
         return value
 
     @field_validator("additional")
     @classmethod
     def _one_line_each(cls, value: dict[str, Any]) -> dict[str, Any]:
         for key, item in value.items():
-            if _line_break(key) or _line_break(str(item)):
+            if not _SBATCH_OPTION.fullmatch(key):
                 raise ValueError(
-                    f"{echo(key)}: {echo(item)} must be one line (each becomes an #SBATCH line of the job script)"
+                    f"{echo(key)} is not an sbatch option name (letters, digits, '-' and '_'; it is written "
+                    "unquoted as #SBATCH --<name>=<value>)"
                 )
+            problem = _sbatch_value_problem(str(item))
+            if problem:
+                raise ValueError(f"{echo(key)}: {echo(item)} {problem}")
         return value
 
 
-def _line_break(text: str) -> bool:
-    """A line break of any kind, which would end an #SBATCH line and start a shell line of the job script."""
-    return len(text.splitlines()) > 1 or text.endswith(("\n", "\r"))
+_SBATCH_OPTION = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
+
+
+def _sbatch_value_problem(text: str) -> Optional[str]:
+    """Why ``text`` cannot be one ``#SBATCH --key=value`` line's value, or None. submitit writes the value
+    shell-quoted (``shlex.quote``) into a line that bash reads as a comment and sbatch splits into arguments with its
+    own quote rules (Slurm, src/sbatch/opt.c, ``_get_argument``), so spaces, ``;``, ``$(...)``, ``#`` and quotes
+    arrive as one literal value. Two characters do not: a line break ends the #SBATCH line and starts a shell line
+    of the job script, and sbatch reads a backslash as an escape even inside quotes (it would be dropped)."""
+    if len(text.splitlines()) > 1 or text.endswith(("\n", "\r")):
+        return "must be one line (it becomes an #SBATCH line of the job script)"
+    if "\\" in text:
+        return "must not hold a backslash (sbatch reads it as an escape in an #SBATCH line and drops it)"
+    return None
 
 
 class ExecutorSection(_Section):

@@ -12,11 +12,11 @@ import os
 from pathlib import Path
 from typing import Optional
 
+from mtft.config.deepspeed import check_forgetting
 from mtft.config.schema import RunConfig
 from mtft.core.errors import CheckpointError, ConfigError
 from mtft.data.selection import check_tasks
 from mtft.forgetting.corpus import check_corpus_files
-from mtft.forgetting.monitor import check_forgetting
 from mtft.models.backbone import check_backbone
 from mtft.tasks.kinds import head_class
 from mtft.training.checkpoint import saved_world_size

@@ -167,6 +167,16 @@ def test_seed_keys_set_every_listed_seed_to_the_runs_seed(tmp_path):
             {"grid": {"training.deepspeed_config": ["configs/deepspeed/zero2.json", "deepspeed/zero2.json"]}},
             "[cell deepspeed_config-deepspeed-zero2.json]: training.deepspeed_config: file not found",
         ),
+        (  # what one cell's ZeRO stage rules out (run.py's preflight refuses it too): before any run starts
+            {
+                "overrides": {
+                    "forgetting.enabled": True,
+                    "training.deepspeed_config": str(REPO / "configs" / "deepspeed" / "zero3.json"),
+                },
+                "grid": {"forgetting.regularization": [0.0, 0.01]},
+            },
+            "[cell regularization-0.01]: forgetting.regularization adds λ(θ − θ_p)",
+        ),
         # a line break would end the #SBATCH line and start a shell line of the job script
         ({"executor": {"name": "slurm", "slurm": {"partition": "gpu\ntouch /tmp/x"}}}, "partition: must be one line"),
         ({"executor": {"slurm": {"additional": {"qos": "high\r\ntouch /tmp/x"}}}}, "additional: 'qos'"),
