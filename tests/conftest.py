@@ -4,39 +4,64 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+# the launchers, imported from here by the tests
+from tests.launch import (  # noqa: F401
+    MACHINE,
+    REPO,
+    WARM,
+    clean_env,
+    kill_tree,
+    run_cli,
+    run_process,
+    run_script,
+    run_torchrun,
+)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-
-_DISTRIBUTED_VARS = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
 
 
 def pytest_collection_modifyitems(config, items):
     """Everything under tests/e2e/ runs the training loop: marked slow by directory, so that
-    ``python -m pytest -m "not slow"`` is the fast loop (tests/unit/, about a minute). A multi-process test must
-    carry its own ``@pytest.mark.timeout(N)``: a hung collective then fails that test instead of blocking CI."""
+    ``python -m pytest -m "not slow"`` is the fast loop (tests/unit/). A multi-process test must carry its own
+    ``@pytest.mark.timeout(N)``: a hung collective then fails that test instead of blocking CI.
+
+    Under pytest-xdist (``--dist loadgroup``, setup.cfg) the tests of a module that share a run (a module-scoped
+    fixture) go to one worker together, so that the run is made once; every other test goes wherever a worker is
+    free."""
     untimed = []
     for item in items:
         if "e2e" in item.path.relative_to(REPO / "tests").parts:
             item.add_marker(pytest.mark.slow)
+        fixtures = getattr(item, "_fixtureinfo", None)
+        if fixtures is not None and any(
+            definition.scope in ("module", "class", "package")
+            for definitions in fixtures.name2fixturedefs.values()
+            for definition in definitions
+        ):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
         if item.get_closest_marker("multiprocess") and not item.get_closest_marker("timeout"):
             untimed.append(item.nodeid)
     if untimed:
         raise pytest.UsageError("marked multiprocess without @pytest.mark.timeout(N): " + ", ".join(untimed))
 
 
+def session_folder(tmp_path_factory) -> Path:
+    """The folder of this test session, shared by its pytest-xdist workers (each has a sub-folder of its own)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if "PYTEST_XDIST_WORKER" in os.environ else base
+
+
 @pytest.fixture(scope="session", autouse=True)
 def private_cache(tmp_path_factory):
-    """Tokenizers and datasets are cached in a folder of this test session, not the user's."""
-    cache = tmp_path_factory.mktemp("cache")
+    """Tokenizers, datasets and pre-trained backbones are cached in a folder of this test session, not the user's,
+    shared by its workers (mtft's stage cache and datasets' lock their entries, so a backbone is pre-trained once)."""
+    cache = session_folder(tmp_path_factory) / "cache"
+    cache.mkdir(exist_ok=True)
     os.environ["MTFT_CACHE"] = str(cache / "mtft")
     os.environ["HF_DATASETS_CACHE"] = str(cache / "datasets")
     import datasets.config
@@ -45,68 +70,18 @@ def private_cache(tmp_path_factory):
     return cache
 
 
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _DISTRIBUTED_VARS}
-    env.update(extra)
-    return env
-
-
-def run_process(command: list[str], env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
-    """``subprocess.run`` from the repository root that, on a timeout (``timeout`` here, or pytest-timeout's alarm
-    in the test) or Ctrl-C, kills the child and every process below it: torchrun's ranks too, so that no orphaned
-    rank is left waiting in a collective."""
-    with subprocess.Popen(
-        command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
-    ) as process:
-        try:
-            stdout, stderr = process.communicate(timeout=timeout)
-        except BaseException:
-            kill_tree(process.pid)
-            process.wait(timeout=60)
-            raise
-    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
-
-
-def kill_tree(pid: int) -> None:
-    """SIGKILL process ``pid`` (the leader of its own process group) and all its descendants. Killing the group is
-    not enough: torchrun starts every rank in a session of its own, and a rank whose torchrun is gone is orphaned
-    (reparented to init) where nothing finds it again; so the tree is listed first, with the leader stopped so
-    that it starts no new process meanwhile, then each member's group is killed."""
-    import psutil  # a dependency of DeepSpeed
-
-    try:
-        os.kill(pid, signal.SIGSTOP)
-        members = psutil.Process(pid).children(recursive=True)
-    except (ProcessLookupError, psutil.NoSuchProcess):
-        members = []
-    for target in [pid, *(member.pid for member in members)]:
-        for kill in (os.killpg, os.kill):  # the member's group (a rank's own helpers), then the member itself
-            try:
-                kill(target, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-
-def run_cli(*args: str, threads: int = 2, timeout: float = 600, **env: str) -> subprocess.CompletedProcess:
-    """``python run.py ARGS`` from the repository root."""
-    return run_process([sys.executable, "run.py", *args], clean_env(OMP_NUM_THREADS=str(threads), **env), timeout)
-
-
-def run_torchrun(*args: str, nproc: int = 2, timeout: float = 600) -> subprocess.CompletedProcess:
-    """``torchrun --nproc_per_node=NPROC run.py ARGS`` on a free local port; a timeout kills every rank."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--nproc_per_node={nproc}",
-        f"--master_port={port}",
-        "run.py",
-        *args,
-    ]
-    return run_process(command, clean_env(OMP_NUM_THREADS="1"), timeout)
+@pytest.fixture(scope="session", autouse=True)
+def machine(private_cache, tmp_path_factory):
+    """The machine lock shared by the session's workers, and this test process's warm Python (tests/launch.py),
+    started at the first launch after :func:`private_cache` has set the environment it imports the libraries with;
+    ``MTFT_TESTS_COLD=1`` launches fresh interpreters instead."""
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        MACHINE.path = session_folder(tmp_path_factory) / "machine.lock"
+    if os.environ.get("MTFT_TESTS_COLD") != "1":
+        WARM.folder = tmp_path_factory.mktemp("warm")
+    yield
+    WARM.stop()
+    MACHINE.path = None
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -127,3 +102,30 @@ def base_overrides(out: Path, steps: int, **extra) -> list[str]:
 @pytest.fixture
 def repo() -> Path:
     return REPO
+
+
+# ----- what the suite costs -----------------------------------------------------------------------------------
+_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    """Each test's seconds, set-up (its share of a module's shared runs) and tear-down included."""
+    _SECONDS[report.nodeid] = _SECONDS.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The slowest test files and tests of the session, so that what the suite costs stays visible (docs/testing.md:
+    a new end-to-end test reuses a shared run unless it needs its own)."""
+    if not _SECONDS:
+        return
+    files: dict[str, float] = {}
+    for nodeid, seconds in _SECONDS.items():
+        files[nodeid.split("::")[0]] = files.get(nodeid.split("::")[0], 0.0) + seconds
+    write = terminalreporter.write_line
+    terminalreporter.section("what the suite costs")
+    write(f"{sum(_SECONDS.values()):.0f} s in {len(_SECONDS)} tests (summed over the workers); slowest files:")
+    for name, seconds in sorted(files.items(), key=lambda item: -item[1])[:12]:
+        write(f"  {seconds:7.1f} s  {name}")
+    write("slowest tests:")
+    for nodeid, seconds in sorted(_SECONDS.items(), key=lambda item: -item[1])[:12]:
+        write(f"  {seconds:7.1f} s  {nodeid}")

@@ -32,7 +32,9 @@ def test_deepspeed_launcher_with_a_loopback_hostfile(tmp_path):
     flags = ["--hostfile", str(hostfile), "--no_ssh_check", "--master_addr", "127.0.0.1"]
     extra = {"evaluation.every_steps": None, "checkpointing.every_steps": None, "weighting.method": "mean"}
     command = [*launcher, *flags, "--master_port", str(_free_port()), "run.py", "--config", BASE_CONFIG]
-    result = run_process([*command, *base_overrides(out, 2, **extra)], clean_env(OMP_NUM_THREADS="1"), timeout=280)
+    result = run_process(
+        [*command, *base_overrides(out, 2, **extra)], clean_env(OMP_NUM_THREADS="1"), timeout=280, processes=2
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "on 2 process(es)" in result.stdout + result.stderr
     assert [row["step"] for row in read_jsonl(out / "metrics.jsonl") if row["kind"] == "train"] == [2]

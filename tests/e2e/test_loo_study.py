@@ -53,7 +53,7 @@ def test_leave_one_out_study_reports_the_distance_of_each_pair(tmp_path):
     path = tmp_path / "loo.yaml"
     path.write_text(yaml.safe_dump(study), encoding="utf-8")
     env = clean_env(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    done = run_process([sys.executable, "run.py", "study", "--config", str(path)], env)
+    done = run_process([sys.executable, "run.py", "study", "--config", str(path)], env, processes=2)  # 2 workers
     assert done.returncode == 0, done.stderr[-3000:]
     assert "leave-one-out stability of 2 pair(s)" in done.stdout
 

@@ -5,7 +5,6 @@ ordinary head per task, the mean of the 5; a run killed after a checkpoint and r
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from mtft.training.restore import load_run
-from tests.conftest import BASE_CONFIG, base_overrides, clean_env, run_cli, run_process
+from tests.conftest import BASE_CONFIG, base_overrides, run_cli, run_script
 
 HEADS = 5
 TASKS = {"xnli": 3, "glue_stsb": 1, "superglue_copa": 1}  # task: outputs of its out_proj
@@ -80,17 +79,13 @@ def test_mhloss_run_trains_evaluates_and_ships_the_averaged_head(trained, tmp_pa
 
 def test_a_resumed_mhloss_run_ends_with_the_uninterrupted_runs_heads(trained, tmp_path):
     out = tmp_path / "run"
-    killed = run_process(
-        [
-            sys.executable,
-            "tests/e2e/helpers/kill_during_run.py",
-            "after",
-            "4",
-            "--config",
-            BASE_CONFIG,
-            *base_overrides(out, 8, **OVERRIDES),
-        ],
-        clean_env(OMP_NUM_THREADS="2"),
+    killed = run_script(
+        "tests/e2e/helpers/kill_during_run.py",
+        "after",
+        "4",
+        "--config",
+        BASE_CONFIG,
+        *base_overrides(out, 8, **OVERRIDES),
     )
     assert killed.returncode == -9, killed.stderr[-3000:]
     resumed = run_cli("--config", BASE_CONFIG, *base_overrides(out, 8, **OVERRIDES), "--resume")

@@ -5,7 +5,6 @@ uninterrupted run's weights bit for bit (θ_p rebuilt, the mask's random state r
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from mtft.training.restore import load_run
-from tests.conftest import BASE_CONFIG, base_overrides, clean_env, run_cli, run_process
+from tests.conftest import BASE_CONFIG, base_overrides, run_cli, run_script
 
 STEPS = 6
 MIXOUT = {
@@ -59,9 +58,7 @@ def test_mixout_trains_and_checkpoints_like_a_plain_run(straight, tmp_path):
 def test_mixout_run_resumes_to_the_uninterrupted_weights(straight, tmp_path):
     out = tmp_path / "run"
     args = ["--config", BASE_CONFIG, *base_overrides(out, STEPS, **MIXOUT)]
-    killed = run_process(
-        [sys.executable, "tests/e2e/helpers/kill_during_run.py", "after", "3", *args], clean_env(OMP_NUM_THREADS="2")
-    )
+    killed = run_script("tests/e2e/helpers/kill_during_run.py", "after", "3", *args)
     assert killed.returncode == -9, killed.stderr[-3000:]
     resumed = run_cli(*args, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]

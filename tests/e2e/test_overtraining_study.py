@@ -48,6 +48,7 @@ def finished(tmp_path_factory) -> Path:
         [sys.executable, "run.py", "study", "--config", str(path)],
         clean_env(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1"),
         timeout=280,
+        processes=2,  # the study's two local workers
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return folder / "study"

@@ -18,7 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import BASE_CONFIG, REPO, base_overrides, clean_env, read_jsonl, run_cli, run_torchrun
+from tests.conftest import BASE_CONFIG, REPO, base_overrides, clean_env, read_jsonl, run_cli, run_script, run_torchrun
 
 pytestmark = pytest.mark.slow
 
@@ -233,14 +233,7 @@ def test_resume_before_the_first_checkpoint_says_so(straight, tmp_path):
 @pytest.mark.parametrize("name, code", [("SIGTERM", 143), ("SIGINT", 130)])
 def test_signal_saves_and_resume_matches(straight, tmp_path, name, code):
     out = tmp_path / "run"
-    stopped = subprocess.run(
-        [sys.executable, "tests/e2e/helpers/signal_during_run.py", name, "3", *args(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        env=clean_env(OMP_NUM_THREADS="2"),
-        timeout=600,
-    )
+    stopped = run_script("tests/e2e/helpers/signal_during_run.py", name, "3", *args(out))
     assert stopped.returncode == code, stopped.stderr[-3000:]
     last = stopped.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: stopped by {name} after step 3; checkpoint {out}/checkpoints/{step_name(3)}"), last

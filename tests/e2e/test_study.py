@@ -27,7 +27,8 @@ pytestmark = pytest.mark.timeout(600)
 
 def study(out: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     command = [sys.executable, "run.py", "study", "--config", STUDY, f"output_dir={out}", *args]
-    return run_process(command, clean_env(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1"), timeout=timeout)
+    # two runs at a time (the study's local workers, or one two-process job): the machine whole
+    return run_process(command, clean_env(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1"), timeout=timeout, processes=2)
 
 
 def run_metrics(out: Path) -> dict[tuple[str, int], dict]:

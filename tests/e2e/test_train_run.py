@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from mtft.config import load_config
-from tests.conftest import BASE_CONFIG, REPO, base_overrides, clean_env, read_jsonl, run_cli, run_process
+from tests.conftest import BASE_CONFIG, REPO, base_overrides, read_jsonl, run_cli, run_script
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -98,9 +97,7 @@ RESUME_RUN = {
 
 def kill_run(mode: str, step: int, out: Path) -> subprocess.CompletedProcess:
     args = ["--config", BASE_CONFIG, *base_overrides(out, 30, **RESUME_RUN)]
-    return run_process(
-        [sys.executable, "tests/e2e/helpers/kill_during_run.py", mode, str(step), *args], clean_env(OMP_NUM_THREADS="2")
-    )
+    return run_script("tests/e2e/helpers/kill_during_run.py", mode, str(step), *args)
 
 
 def final_state(out: Path) -> dict[str, torch.Tensor]:

@@ -1,0 +1,219 @@
+"""How the tests launch ``run.py`` and other commands, and share the machine while they do.
+
+- :func:`run_cli` / :func:`run_script`: ``python SCRIPT ARGS``, forked from the test process's warm Python
+  (:class:`WarmPython`, tests/e2e/helpers/warm_python.py) or, with ``MTFT_TESTS_COLD=1``, a fresh interpreter;
+- :func:`run_torchrun`: ``torchrun --nproc_per_node N run.py ARGS``;
+- :func:`run_process`: any command, killed with every process below it on a timeout.
+
+Several test processes (pytest-xdist workers) share the machine: each single-process launch gets
+:data:`THREADS` threads (the cores divided among the workers) and holds the machine lock shared; a launch of
+several processes (torchrun, the DeepSpeed launcher, a study of two-process jobs) holds it exclusively, so that
+multi-process runs never overlap each other or anything else: their ranks wait on one another in every collective,
+and on an oversubscribed machine that is what stalls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+_DISTRIBUTED_VARS = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
+
+#: threads of a single-process launch: this machine's cores shared among the test processes (pytest-xdist)
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+THREADS = max(1, (os.cpu_count() or 1) // WORKERS)
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _DISTRIBUTED_VARS}
+    env.update(extra)
+    return env
+
+
+# ----- the machine lock -------------------------------------------------------------------------------------
+class MachineLock:
+    """A readers-writer lock over every test process of the session (``flock`` on one file; none without
+    workers). A process that holds it exclusively takes nothing more for the launches inside (a multi-process test's
+    own one-process reference runs)."""
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+        self.held: str | None = None
+
+    @contextlib.contextmanager
+    def hold(self, exclusive: bool) -> Iterator[None]:
+        if self.path is None or self.held == "exclusive" or (self.held == "shared" and not exclusive):
+            yield
+            return
+        if self.held == "shared":
+            raise RuntimeError("a multi-process launch inside a single-process one: nothing launches that way")
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            self.held = "exclusive" if exclusive else "shared"
+            yield
+        finally:
+            self.held = None
+            os.close(fd)  # releases the lock
+
+
+MACHINE = MachineLock()
+
+
+# ----- processes --------------------------------------------------------------------------------------------
+def run_process(
+    command: list[str], env: dict[str, str], timeout: float = 600, processes: int = 1
+) -> subprocess.CompletedProcess:
+    """``subprocess.run`` from the repository root that, on a timeout (``timeout`` here, or pytest-timeout's alarm
+    in the test) or Ctrl-C, kills the child and every process below it: torchrun's ranks too, so that no orphaned
+    rank is left waiting in a collective. ``processes`` > 1 (a launcher's ranks) takes the machine whole."""
+    with MACHINE.hold(exclusive=processes > 1):
+        with subprocess.Popen(
+            command,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            start_new_session=True,
+        ) as process:
+            try:
+                stdout, stderr = process.communicate(timeout=timeout)
+            except BaseException:
+                kill_tree(process.pid)
+                process.wait(timeout=60)
+                raise
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL process ``pid`` (the leader of its own process group) and all its descendants. Killing the group is
+    not enough: torchrun starts every rank in a session of its own, and a rank whose torchrun is gone is orphaned
+    (reparented to init) where nothing finds it again; so the tree is listed first, with the leader stopped so
+    that it starts no new process meanwhile, then each member's group is killed."""
+    import psutil  # a dependency of DeepSpeed
+
+    try:
+        os.kill(pid, signal.SIGSTOP)
+        members = psutil.Process(pid).children(recursive=True)
+    except (ProcessLookupError, psutil.NoSuchProcess):
+        members = []
+    for target in [pid, *(member.pid for member in members)]:
+        for kill in (os.killpg, os.kill):  # the member's group (a rank's own helpers), then the member itself
+            try:
+                kill(target, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def run_cli(*args: str, threads: int = THREADS, timeout: float = 600, **env: str) -> subprocess.CompletedProcess:
+    """``python run.py ARGS`` from the repository root."""
+    return run_script("run.py", *args, threads=threads, timeout=timeout, **env)
+
+
+def run_script(
+    script: str, *args: str, threads: int = THREADS, timeout: float = 600, **env: str
+) -> subprocess.CompletedProcess:
+    """``python SCRIPT ARGS`` from the repository root with ``threads`` threads: forked from the warm Python, or
+    (``MTFT_TESTS_COLD=1``, or before the session started it) a fresh interpreter."""
+    environment = clean_env(OMP_NUM_THREADS=str(threads), **env)
+    if WARM.folder is None:
+        return run_process([sys.executable, script, *args], environment, timeout)
+    with MACHINE.hold(exclusive=False):
+        return WARM.run(script, list(args), environment, threads, timeout)
+
+
+def run_torchrun(*args: str, nproc: int = 2, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``torchrun --nproc_per_node=NPROC run.py ARGS`` on a free local port, one thread per rank; a timeout kills
+    every rank."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={nproc}",
+        f"--master_port={port}",
+        "run.py",
+        *args,
+    ]
+    return run_process(command, clean_env(OMP_NUM_THREADS="1"), timeout, processes=nproc)
+
+
+# ----- the warm Python --------------------------------------------------------------------------------------
+class WarmPython:
+    """The test process's warm Python (tests/e2e/helpers/warm_python.py, where why it is sound is said): a server
+    that has imported the heavy libraries once and forks a fresh ``python SCRIPT ARGS`` per launch, saving the ~3 s
+    of imports that most of a short run's time is. Started at its first launch (a session of unit tests never
+    starts it), in :attr:`folder` (set by tests/conftest.py; ``None``: launches are fresh interpreters)."""
+
+    def __init__(self) -> None:
+        self.folder: Path | None = None
+        self.server: subprocess.Popen | None = None
+        self.launches = 0
+
+    def start(self) -> None:
+        assert self.folder is not None
+        with open(self.folder / "server.log", "w") as log:
+            self.server = subprocess.Popen(
+                [sys.executable, str(REPO / "tests/e2e/helpers/warm_python.py"), str(self.folder / "warm.sock")],
+                cwd=REPO,
+                env=clean_env(OMP_NUM_THREADS="1"),
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                start_new_session=True,
+            )
+        assert self.server.stdout is not None
+        if self.server.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"the warm Python did not start: {(self.folder / 'server.log').read_text()[-3000:]}")
+
+    def run(
+        self, script: str, argv: list[str], env: dict[str, str], threads: int, timeout: float
+    ) -> subprocess.CompletedProcess:
+        assert self.folder is not None
+        if self.server is None or self.server.poll() is not None:
+            self.start()
+        self.launches += 1
+        stdout, stderr = (self.folder / f"{self.launches}.{name}" for name in ("out", "err"))
+        request = {"script": script, "argv": argv, "env": env, "cwd": str(REPO), "threads": threads}
+        request |= {"stdout": str(stdout), "stderr": str(stderr)}
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+            connection.connect(str(self.folder / "warm.sock"))
+            stream = connection.makefile("rw", encoding="utf-8")
+            stream.write(json.dumps(request) + "\n")
+            stream.flush()
+            pid = json.loads(stream.readline())["pid"]
+            connection.settimeout(timeout)
+            try:
+                answer = stream.readline()
+            except BaseException:  # the timeout here, pytest-timeout's alarm or Ctrl-C: no process left behind
+                kill_tree(pid)
+                raise
+            if not answer:
+                raise RuntimeError(f"the warm Python's reaper of {script} {argv} died")
+        result = subprocess.CompletedProcess(
+            [script, *argv], json.loads(answer)["status"], stdout.read_text(), stderr.read_text()
+        )
+        stdout.unlink()
+        stderr.unlink()
+        return result
+
+    def stop(self) -> None:
+        if self.server is not None:
+            kill_tree(self.server.pid)
+            self.server.wait(timeout=60)
+        self.server, self.folder = None, None
+
+
+WARM = WarmPython()
