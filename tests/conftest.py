@@ -25,6 +25,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns the marker into the group it schedules by
 def pytest_collection_modifyitems(config, items):
     """Everything under tests/e2e/ runs the training loop: marked slow by directory, so that
     ``python -m pytest -m "not slow"`` is the fast loop (tests/unit/). A multi-process test must carry its own
@@ -81,6 +82,9 @@ def machine(private_cache, tmp_path_factory):
         WARM.folder = tmp_path_factory.mktemp("warm")
     yield
     WARM.stop()
+    if MACHINE.path is not None:  # for the summary of the session (pytest_terminal_summary)
+        with open(MACHINE.path.with_suffix(".exclusive_s"), "a") as log:
+            log.write(f"{MACHINE.exclusive_s}\n")
     MACHINE.path = None
 
 
@@ -126,6 +130,10 @@ def pytest_terminal_summary(terminalreporter):
     write(f"{sum(_SECONDS.values()):.0f} s in {len(_SECONDS)} tests (summed over the workers); slowest files:")
     for name, seconds in sorted(files.items(), key=lambda item: -item[1])[:12]:
         write(f"  {seconds:7.1f} s  {name}")
+    held = Path(terminalreporter.config._tmp_path_factory.getbasetemp(), "machine.exclusive_s")
+    if held.is_file():  # written by each worker at its end (the fixture machine)
+        serial = sum(float(line) for line in held.read_text().split())
+        write(f"multi-process launches held the machine whole for {serial:.0f} s (run one at a time)")
     write("slowest tests:")
     for nodeid, seconds in sorted(_SECONDS.items(), key=lambda item: -item[1])[:12]:
         write(f"  {seconds:7.1f} s  {nodeid}")

@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -48,6 +49,7 @@ class MachineLock:
     def __init__(self) -> None:
         self.path: Path | None = None
         self.held: str | None = None
+        self.exclusive_s = 0.0  # how long this process held the machine whole: the part of the suite run serially
 
     @contextlib.contextmanager
     def hold(self, exclusive: bool) -> Iterator[None]:
@@ -59,9 +61,11 @@ class MachineLock:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-            self.held = "exclusive" if exclusive else "shared"
+            self.held, start = ("exclusive" if exclusive else "shared"), time.perf_counter()
             yield
         finally:
+            if self.held == "exclusive":
+                self.exclusive_s += time.perf_counter() - start
             self.held = None
             os.close(fd)  # releases the lock
 
@@ -115,20 +119,23 @@ def kill_tree(pid: int) -> None:
                 pass
 
 
-def run_cli(*args: str, threads: int = THREADS, timeout: float = 600, **env: str) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, threads: int = THREADS, timeout: float = 600, processes: int = 1, **env: str
+) -> subprocess.CompletedProcess:
     """``python run.py ARGS`` from the repository root."""
-    return run_script("run.py", *args, threads=threads, timeout=timeout, **env)
+    return run_script("run.py", *args, threads=threads, timeout=timeout, processes=processes, **env)
 
 
 def run_script(
-    script: str, *args: str, threads: int = THREADS, timeout: float = 600, **env: str
+    script: str, *args: str, threads: int = THREADS, timeout: float = 600, processes: int = 1, **env: str
 ) -> subprocess.CompletedProcess:
     """``python SCRIPT ARGS`` from the repository root with ``threads`` threads: forked from the warm Python, or
-    (``MTFT_TESTS_COLD=1``, or before the session started it) a fresh interpreter."""
+    (``MTFT_TESTS_COLD=1``, or before the session started it) a fresh interpreter. ``processes`` > 1 (a study whose
+    runs go two at a time) takes the machine whole."""
     environment = clean_env(OMP_NUM_THREADS=str(threads), **env)
     if WARM.folder is None:
-        return run_process([sys.executable, script, *args], environment, timeout)
-    with MACHINE.hold(exclusive=False):
+        return run_process([sys.executable, script, *args], environment, timeout, processes)
+    with MACHINE.hold(exclusive=processes > 1):
         return WARM.run(script, list(args), environment, threads, timeout)
 
 

@@ -63,8 +63,8 @@ def export_run(run_dir: Path, out: Path, checkpoint: Optional[Path] = None) -> l
     # folder holds nothing to lose), not even an earlier export
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise CheckpointError(f"export directory {out} exists and is not empty; choose another --out")
-    _refuse_inside_run(out, find_run_dir(run_dir)[0])
     AtomicFolder(out).check()  # a <out>.partial or <out>.previous of the user's is refused before the run loads
+    _refuse_inside_run(out, find_run_dir(run_dir)[0])
     quiet_cpu_accelerator()  # PEFT's save asks transformers about DeepSpeed, which would warn about the CPU
     run = load_run(run_dir, checkpoint)
     method = run.config.model.adapter.method

@@ -350,7 +350,7 @@ def test_zero3_monitors_on_two_processes_match_one_process(tmp_path, method):
     [cached] = set(re.findall(r"(?<![\w=])/\S+/pretrained/[0-9a-f]{24}", result.stdout + result.stderr))
     # the ZeRO-3 run computes λ_p itself: it fine-tunes a copy of the backbone without the cached λ_p (the cache is
     # the session's, shared with the tests that read λ_p from it)
-    backbone = shutil.copytree(cached, tmp_path / "backbone", ignore=shutil.ignore_patterns("lambda_p"))
+    backbone = str(shutil.copytree(cached, tmp_path / "backbone", ignore=shutil.ignore_patterns("lambda_p")))
     zero3 = {
         "model.backbone": backbone,
         "pretrain.before_finetune": False,

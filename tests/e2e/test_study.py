@@ -18,17 +18,28 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tests.conftest import REPO, clean_env, kill_tree, run_process
+from tests.conftest import MACHINE, REPO, clean_env, kill_tree, run_cli
 
 STUDY = "configs/studies/tiny.yaml"
 CELLS = ["lr-0.001_method-mean", "lr-0.001_method-lfmlf", "lr-0.003_method-mean", "lr-0.003_method-lfmlf"]
 pytestmark = pytest.mark.timeout(600)
 
 
-def study(out: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    command = [sys.executable, "run.py", "study", "--config", STUDY, f"output_dir={out}", *args]
-    # two runs at a time (the study's local workers, or one two-process job): the machine whole
-    return run_process(command, clean_env(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1"), timeout=timeout, processes=2)
+# the shipped study, its runs shortened from 60 to 20 steps (what is tested here does not need them to learn)
+SHORTER = [
+    "overrides.training.max_steps=20",
+    "overrides.evaluation.every_steps=20",
+    "overrides.checkpointing.every_steps=10",
+    "overrides.forgetting.every_steps=10",
+]
+
+
+def study(out: Path, *args: str, timeout: float = 600, runs: bool = True) -> subprocess.CompletedProcess:
+    """``run.py study`` on the shortened tiny study; one that ``runs`` (two at a time: the study's local workers, or
+    one two-process job) takes the machine whole."""
+    return run_cli(
+        "study", "--config", STUDY, f"output_dir={out}", *SHORTER, *args, timeout=timeout, processes=2 if runs else 1
+    )
 
 
 def run_metrics(out: Path) -> dict[tuple[str, int], dict]:
@@ -95,7 +106,7 @@ def test_aggregates_equal_values_recomputed_from_the_runs(finished):
 def test_report_only_reaggregates_without_running(finished):
     before = (finished / "results.json").read_text()
     (finished / "results.json").unlink()
-    again = study(finished, "--report-only")
+    again = study(finished, "--report-only", runs=False)
     assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads((finished / "results.json").read_text()) == json.loads(before)
     assert "to run" not in again.stdout
@@ -103,20 +114,15 @@ def test_report_only_reaggregates_without_running(finished):
 
 def test_sigkilled_study_resumes_to_the_uninterrupted_result(finished, tmp_path):
     out = tmp_path / "tiny"
-    command = [sys.executable, "run.py", "study", "--config", STUDY, f"output_dir={out}"]
+    command = [sys.executable, "run.py", "study", "--config", STUDY, f"output_dir={out}", *SHORTER]
     env = clean_env(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    process = subprocess.Popen(
-        command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    try:
-        deadline = time.monotonic() + 400
-        while time.monotonic() < deadline and not list(out.glob("runs/*/seed-*/metrics.json")):
-            time.sleep(0.5)
-        assert list(out.glob("runs/*/seed-*/metrics.json")), "no run finished in time"
-        os.kill(process.pid, signal.SIGKILL)  # the study alone: its runs get SIGTERM from the kernel
-        process.wait(timeout=60)
-    finally:
-        kill_tree(process.pid) if process.poll() is None else None
+    with (
+        MACHINE.hold(exclusive=True),
+        subprocess.Popen(
+            command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        ) as process,
+    ):
+        _kill_after_a_run_finished(process, out)
     finished_before = {p.parent: p.stat().st_mtime_ns for p in out.glob("runs/*/seed-*/metrics.json")}
     assert 0 < len(finished_before) < 8
     again = study(out)
@@ -129,6 +135,18 @@ def test_sigkilled_study_resumes_to_the_uninterrupted_result(finished, tmp_path)
     statuses = [json.loads(p.read_text()) for p in out.glob("status/*/seed-*.json")]
     assert len(statuses) == 8 and all(s["status"] == "finished" and s["wall_s"] > 0 for s in statuses), statuses
     assert "versions of the mtft source" not in (out / "study.md").read_text()
+
+
+def _kill_after_a_run_finished(process: subprocess.Popen, out: Path) -> None:
+    try:
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline and not list(out.glob("runs/*/seed-*/metrics.json")):
+            time.sleep(0.2)
+        assert list(out.glob("runs/*/seed-*/metrics.json")), "no run finished in time"
+        os.kill(process.pid, signal.SIGKILL)  # the study alone: its runs get SIGTERM from the kernel
+        process.wait(timeout=60)
+    finally:
+        kill_tree(process.pid) if process.poll() is None else None
 
 
 def test_a_failing_cell_is_reported_and_the_others_finish(tmp_path):
@@ -184,7 +202,7 @@ def test_submitit_executor_runs_a_two_process_job(tmp_path):
 )
 def test_bad_input_one_line_nothing_written(tmp_path, args, message):
     out = tmp_path / "tiny"
-    done = study(out, *args)
+    done = study(out, *args, runs=False)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert not out.exists()
@@ -192,11 +210,11 @@ def test_bad_input_one_line_nothing_written(tmp_path, args, message):
 
 def test_study_directory_of_another_study_is_refused(tmp_path):
     out = tmp_path / "tiny"
-    first = study(out, "name=other", "--report-only")
+    first = study(out, "name=other", "--report-only", runs=False)
     assert first.returncode == 2 and "does not exist" in first.stderr
     (out).mkdir()
     (out / "mine.txt").write_text("keep")
-    done = study(out)
+    done = study(out, runs=False)
     assert done.returncode == 2 and "is not a study directory" in done.stderr
     assert (out / "mine.txt").read_text() == "keep"
 
@@ -205,17 +223,24 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_continue(tmp_path):
     out = tmp_path / "tiny"
     command = [sys.executable, "run.py", "study", "--config", STUDY, f"output_dir={out}", "seeds=[0]"]
     env = clean_env(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    process = subprocess.Popen(
-        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
-    try:
-        deadline = time.monotonic() + 400
-        while time.monotonic() < deadline and not list(out.glob("runs/*/seed-0/checkpoints/step-*")):
-            time.sleep(0.2)
-        process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=300)
-    finally:
-        kill_tree(process.pid) if process.poll() is None else None
+    with MACHINE.hold(exclusive=True):
+        process = subprocess.Popen(
+            command,
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + 400
+            while time.monotonic() < deadline and not list(out.glob("runs/*/seed-0/checkpoints/step-*")):
+                time.sleep(0.2)
+            process.send_signal(signal.SIGINT)
+            _, stderr = process.communicate(timeout=300)
+        finally:
+            kill_tree(process.pid) if process.poll() is None else None
     assert process.returncode == 130, stderr[-2000:]
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("error: study stopped by SIGINT") and "--resume" not in last
