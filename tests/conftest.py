@@ -10,7 +10,7 @@ import pytest
 
 # the launchers, imported from here by the tests
 from tests.launch import (  # noqa: F401
-    MACHINE,
+    MULTIPROCESS,
     REPO,
     WARM,
     clean_env,
@@ -73,19 +73,19 @@ def private_cache(tmp_path_factory):
 
 @pytest.fixture(scope="session", autouse=True)
 def machine(private_cache, tmp_path_factory):
-    """The machine lock shared by the session's workers, and this test process's warm Python (tests/launch.py),
-    started at the first launch after :func:`private_cache` has set the environment it imports the libraries with;
-    ``MTFT_TESTS_COLD=1`` launches fresh interpreters instead."""
+    """The lock of multi-process launches shared by the session's workers, and this test process's warm Python
+    (tests/launch.py), started at the first launch after :func:`private_cache` has set the environment it imports
+    the libraries with; ``MTFT_TESTS_COLD=1`` launches fresh interpreters instead."""
     if "PYTEST_XDIST_WORKER" in os.environ:
-        MACHINE.path = session_folder(tmp_path_factory) / "machine.lock"
+        MULTIPROCESS.path = session_folder(tmp_path_factory) / "multiprocess.lock"
     if os.environ.get("MTFT_TESTS_COLD") != "1":
         WARM.folder = tmp_path_factory.mktemp("warm")
     yield
     WARM.stop()
-    if MACHINE.path is not None:  # for the summary of the session (pytest_terminal_summary)
-        with open(MACHINE.path.with_suffix(".exclusive_s"), "a") as log:
-            log.write(f"{MACHINE.exclusive_s}\n")
-    MACHINE.path = None
+    if MULTIPROCESS.path is not None:  # for the summary of the session (pytest_terminal_summary)
+        with open(MULTIPROCESS.path.with_suffix(".held_s"), "a") as log:
+            log.write(f"{MULTIPROCESS.held_s}\n")
+    MULTIPROCESS.path = None
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -130,10 +130,10 @@ def pytest_terminal_summary(terminalreporter):
     write(f"{sum(_SECONDS.values()):.0f} s in {len(_SECONDS)} tests (summed over the workers); slowest files:")
     for name, seconds in sorted(files.items(), key=lambda item: -item[1])[:12]:
         write(f"  {seconds:7.1f} s  {name}")
-    held = Path(terminalreporter.config._tmp_path_factory.getbasetemp(), "machine.exclusive_s")
+    held = Path(terminalreporter.config._tmp_path_factory.getbasetemp(), "multiprocess.held_s")
     if held.is_file():  # written by each worker at its end (the fixture machine)
         serial = sum(float(line) for line in held.read_text().split())
-        write(f"multi-process launches held the machine whole for {serial:.0f} s (run one at a time)")
+        write(f"multi-process launches ran one at a time for {serial:.0f} s")
     write("slowest tests:")
     for nodeid, seconds in sorted(_SECONDS.items(), key=lambda item: -item[1])[:12]:
         write(f"  {seconds:7.1f} s  {nodeid}")

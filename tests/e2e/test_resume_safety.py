@@ -18,17 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import (
-    BASE_CONFIG,
-    MACHINE,
-    REPO,
-    base_overrides,
-    clean_env,
-    read_jsonl,
-    run_cli,
-    run_script,
-    run_torchrun,
-)
+from tests.conftest import BASE_CONFIG, REPO, base_overrides, clean_env, read_jsonl, run_cli, run_script, run_torchrun
 
 pytestmark = pytest.mark.slow
 
@@ -262,26 +252,25 @@ def test_signal_saves_and_resume_matches(straight, tmp_path, name, code):
 def test_second_run_into_a_live_run_directory_is_refused(tmp_path):
     out = tmp_path / "run"
     longer = [*args(out), "training.max_steps=200", "checkpointing.every_steps=100", "evaluation.every_steps=100"]
-    with MACHINE.hold(exclusive=False):  # one run and, a moment, the refused second
-        first = subprocess.Popen(
-            [sys.executable, "run.py", *longer],
-            cwd=REPO,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=clean_env(OMP_NUM_THREADS="1"),
-        )
-        try:
-            lock = tmp_path / ".run.lock"
-            deadline = time.time() + 120
-            while not (lock.is_file() and lock.read_text().strip()) and first.poll() is None and time.time() < deadline:
-                time.sleep(0.2)
-            assert json.loads(lock.read_text())["pid"] == first.pid
-            started = time.time()
-            second = run_cli(*longer, "--resume", threads=1)  # refused while the first holds the lock: it is alive
-            took = time.time() - started
-        finally:
-            _, stderr = first.communicate(timeout=600)
+    first = subprocess.Popen(
+        [sys.executable, "run.py", *longer],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(OMP_NUM_THREADS="1"),
+    )
+    try:
+        lock = tmp_path / ".run.lock"
+        deadline = time.time() + 120
+        while not (lock.is_file() and lock.read_text().strip()) and first.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        assert json.loads(lock.read_text())["pid"] == first.pid
+        started = time.time()
+        second = run_cli(*longer, "--resume", threads=1)  # refused while the first holds the lock: it is alive
+        took = time.time() - started
+    finally:
+        _, stderr = first.communicate(timeout=600)
     assert second.returncode == 2, second.stderr[-3000:]
     assert took < 60 and "Traceback" not in second.stderr
     assert (

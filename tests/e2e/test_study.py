@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tests.conftest import MACHINE, REPO, clean_env, kill_tree, run_cli
+from tests.conftest import MULTIPROCESS, REPO, clean_env, kill_tree, run_cli
 
 STUDY = "configs/studies/tiny.yaml"
 CELLS = ["lr-0.001_method-mean", "lr-0.001_method-lfmlf", "lr-0.003_method-mean", "lr-0.003_method-lfmlf"]
@@ -36,7 +36,7 @@ SHORTER = [
 
 def study(out: Path, *args: str, timeout: float = 600, runs: bool = True) -> subprocess.CompletedProcess:
     """``run.py study`` on the shortened tiny study; one that ``runs`` (two at a time: the study's local workers, or
-    one two-process job) takes the machine whole."""
+    one two-process job) waits for the other multi-process launches."""
     return run_cli(
         "study", "--config", STUDY, f"output_dir={out}", *SHORTER, *args, timeout=timeout, processes=2 if runs else 1
     )
@@ -117,7 +117,7 @@ def test_sigkilled_study_resumes_to_the_uninterrupted_result(finished, tmp_path)
     command = [sys.executable, "run.py", "study", "--config", STUDY, f"output_dir={out}", *SHORTER]
     env = clean_env(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     with (
-        MACHINE.hold(exclusive=True),
+        MULTIPROCESS.hold(),
         subprocess.Popen(
             command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
         ) as process,
@@ -223,7 +223,7 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_continue(tmp_path):
     out = tmp_path / "tiny"
     command = [sys.executable, "run.py", "study", "--config", STUDY, f"output_dir={out}", "seeds=[0]"]
     env = clean_env(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    with MACHINE.hold(exclusive=True):
+    with MULTIPROCESS.hold():
         process = subprocess.Popen(
             command,
             cwd=REPO,

@@ -14,9 +14,10 @@ when imported is the server's environment: the test session's (tests/conftest.py
 cache variables and Hub offline mode), which every launch inherits anyway. ``MTFT_TESTS_COLD=1`` makes every launch a
 fresh interpreter instead (tests/conftest.py), for a test whose failure one suspects of the warm start.
 
-Protocol (a Unix socket, one JSON line each way): the client sends ``{"script", "argv", "env", "cwd", "stdout",
-"stderr", "threads"}``; the server answers ``{"pid": N}`` once the child runs, then ``{"status": S}`` (an exit
-code, or minus the signal that ended it, as ``subprocess`` reports it) when it has ended.
+Protocol (a Unix socket, one JSON line each way): the client sends ``{"script" (or "module", for python -m),
+"argv", "env", "cwd", "stdout", "stderr", "threads"}``; the server answers ``{"pid": N}`` once the child runs,
+then ``{"status": S}`` (an exit code, or minus the signal that ended it, as ``subprocess`` reports it) when it has
+ended.
 
     python tests/e2e/helpers/warm_python.py SOCKET_PATH
 """
@@ -95,9 +96,12 @@ def become(request: dict) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    script = os.path.abspath(request["script"])
-    sys.argv = [request["script"], *request["argv"]]
-    sys.path[0] = os.path.dirname(script)  # as for python SCRIPT
+    if request.get("module"):
+        sys.argv = [request["module"], *request["argv"]]  # runpy.run_module puts the module's file in argv[0]
+        sys.path[0] = os.getcwd()  # as for python -m MODULE
+    else:
+        sys.argv = [request["script"], *request["argv"]]
+        sys.path[0] = os.path.dirname(os.path.abspath(request["script"]))  # as for python SCRIPT
     import torch
 
     torch.set_num_threads(int(request["threads"]))  # OMP_NUM_THREADS was read when torch was loaded here
@@ -109,7 +113,10 @@ def main() -> None:
         importlib.import_module(name)
     request = serve(path)
     become(request)
-    runpy.run_path(os.path.abspath(request["script"]), run_name="__main__")
+    if request.get("module"):
+        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+    else:
+        runpy.run_path(os.path.abspath(request["script"]), run_name="__main__")
 
 
 if __name__ == "__main__":
