@@ -6,12 +6,20 @@ import json
 import os
 from pathlib import Path
 
-import pytest
+# A pytest-xdist worker computes with its share of the cores, as its launches do (tests/launch.py THREADS): two
+# workers of two threads each on two cores spin against each other. Set before torch is first imported here.
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    _SHARE = str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+    for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_variable, _SHARE)
+
+import pytest  # noqa: E402
 
 # the launchers, imported from here by the tests
-from tests.launch import (  # noqa: F401
+from tests.launch import (  # noqa: F401, E402
     MULTIPROCESS,
     REPO,
+    THREADS,
     WARM,
     clean_env,
     kill_tree,
@@ -78,6 +86,9 @@ def machine(private_cache, tmp_path_factory):
     the libraries with; ``MTFT_TESTS_COLD=1`` launches fresh interpreters instead."""
     if "PYTEST_XDIST_WORKER" in os.environ:
         MULTIPROCESS.path = session_folder(tmp_path_factory) / "multiprocess.lock"
+        import torch
+
+        torch.set_num_threads(THREADS)  # in case a plugin imported torch before this file set OMP_NUM_THREADS
     if os.environ.get("MTFT_TESTS_COLD") != "1":
         WARM.folder = tmp_path_factory.mktemp("warm")
     yield

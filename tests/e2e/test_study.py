@@ -221,7 +221,7 @@ def test_study_directory_of_another_study_is_refused(tmp_path):
 
 def test_ctrl_c_stops_cleanly_and_says_how_to_continue(tmp_path):
     out = tmp_path / "tiny"
-    command = [sys.executable, "run.py", "study", "--config", STUDY, f"output_dir={out}", "seeds=[0]"]
+    command = [sys.executable, "run.py", "study", "--config", STUDY, f"output_dir={out}", *SHORTER, "seeds=[0]"]
     env = clean_env(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     with MULTIPROCESS.hold():
         process = subprocess.Popen(
@@ -244,7 +244,8 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_continue(tmp_path):
     assert process.returncode == 130, stderr[-2000:]
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("error: study stopped by SIGINT") and "--resume" not in last
-    continued = f"cd {shlex.quote(str(REPO))} && python run.py study --config {STUDY} output_dir={out} 'seeds=[0]'"
+    given = " ".join(shlex.quote(arg) for arg in [*SHORTER, "seeds=[0]"])
+    continued = f"cd {shlex.quote(str(REPO))} && python run.py study --config {STUDY} output_dir={out} {given}"
     assert last.endswith(f"continue with: {continued}")  # from any folder
     statuses = [json.loads(p.read_text())["status"] for p in out.glob("status/*/seed-0.json")]
     assert "interrupted" in statuses and "failed" not in statuses
