@@ -6,17 +6,10 @@ import json
 import os
 from pathlib import Path
 
-# A pytest-xdist worker computes with its share of the cores, as its launches do (tests/launch.py THREADS): two
-# workers of two threads each on two cores spin against each other. Set before torch is first imported here.
-if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
-    _SHARE = str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
-    for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ.setdefault(_variable, _SHARE)
+import pytest
 
-import pytest  # noqa: E402
-
-# the launchers, imported from here by the tests
-from tests.launch import (  # noqa: F401, E402
+# the launchers, imported from here by the tests (tests.launch imports no torch)
+from tests.launch import (  # noqa: F401
     MULTIPROCESS,
     REPO,
     THREADS,
@@ -28,6 +21,12 @@ from tests.launch import (  # noqa: F401, E402
     run_script,
     run_torchrun,
 )
+
+# A pytest-xdist worker computes with its share of the cores, as its launches do (THREADS): two workers of two
+# threads each on two cores spin against each other. Set before torch is first imported here.
+if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
+    for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_variable, str(THREADS))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
