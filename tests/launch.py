@@ -170,7 +170,7 @@ class WarmPython:
         assert self.folder is not None
         with open(self.folder / "server.log", "w") as log:
             self.server = subprocess.Popen(
-                [sys.executable, str(REPO / "tests/e2e/helpers/warm_python.py"), str(self.folder / "warm.sock")],
+                [sys.executable, str(REPO / "tests/e2e/helpers/warm_python.py"), *self.paths()],
                 cwd=REPO,
                 env=clean_env(OMP_NUM_THREADS="1"),
                 stdout=subprocess.PIPE,
@@ -182,6 +182,11 @@ class WarmPython:
         if self.server.stdout.readline().strip() != "ready":
             raise RuntimeError(f"the warm Python did not start: {(self.folder / 'server.log').read_text()[-3000:]}")
 
+    def paths(self) -> tuple[str, str]:
+        """The server's socket, and the ``sys.executable`` its launches see (tests/e2e/helpers/warm_client.py)."""
+        assert self.folder is not None
+        return str(self.folder / "warm.sock"), str(self.folder / "python")
+
     def run(
         self, script: str, argv: list[str], env: dict[str, str], threads: int, timeout: float, module: bool = False
     ) -> subprocess.CompletedProcess:
@@ -191,18 +196,20 @@ class WarmPython:
             self.start()
         self.launches += 1
         stdout, stderr = (self.folder / f"{self.launches}.{name}" for name in ("out", "err"))
-        request = {"script" if not module else "module": script, "argv": argv, "env": env, "cwd": str(REPO)}
-        request |= {"threads": threads}
-        request |= {"stdout": str(stdout), "stderr": str(stderr)}
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
-            connection.connect(str(self.folder / "warm.sock"))
-            stream = connection.makefile("rw", encoding="utf-8")
-            stream.write(json.dumps(request) + "\n")
-            stream.flush()
-            pid = json.loads(stream.readline())["pid"]
+        kind = "module" if module else "script"
+        request = {kind: script, "argv": argv, "env": env, "cwd": str(REPO), "threads": threads, "unbuffered": False}
+        with contextlib.ExitStack() as files, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+            streams = [files.enter_context(open(os.devnull, "rb"))]
+            streams += [files.enter_context(open(path, "wb")) for path in (stdout, stderr)]
+            connection.connect(self.paths()[0])
+            socket.send_fds(connection, [b"F"], [stream.fileno() for stream in streams])
+            files.close()  # the run has its own copies
+            connection.sendall((json.dumps(request) + "\n").encode())
+            answers = connection.makefile("r", encoding="utf-8")
+            pid = json.loads(answers.readline())["pid"]
             connection.settimeout(timeout)
             try:
-                answer = stream.readline()
+                answer = answers.readline()
             except BaseException:  # the timeout here, pytest-timeout's alarm or Ctrl-C: no process left behind
                 kill_tree(pid)
                 raise

@@ -1,16 +1,20 @@
 """The warm Python (tests/e2e/helpers/warm_python.py) launches a script as a fresh interpreter does: what the script
 sees (argv, sys.path, working directory, environment, modules already imported, threads) and how it ends (exit
-status, an uncaught exception's traceback, a signal, atexit handlers) are the same warm and cold. Its own launches
-only: a probe script, no run."""
+status, an uncaught exception's traceback, a signal, atexit handlers, files left open) are the same warm and cold,
+whether the test process launches it or a launched run does through its ``sys.executable`` (warm_client.py: how
+torchrun's ranks and a study's runs start). Its own launches only: a probe script, no run."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import WARM, clean_env, run_process, run_script
+from tests.conftest import REPO, WARM, clean_env, run_process, run_script
 
 PROBE = """
 import atexit, json, os, signal, sys
@@ -19,7 +23,7 @@ mode = sys.argv[1]
 if mode == "report":
     import torch
     print(json.dumps({
-        "argv": sys.argv, "path0": sys.path[0], "cwd": os.getcwd(), "marker": os.environ.get("WARM_PROBE"),
+        "argv": sys.argv, "path": sys.path, "cwd": os.getcwd(), "marker": os.environ.get("WARM_PROBE"),
         "mtft": "mtft" in sys.modules, "deepspeed": "deepspeed" in sys.modules, "threads": torch.get_num_threads(),
         "pgid_is_pid": os.getpgid(0) == os.getpid(),
     }))
@@ -29,6 +33,12 @@ elif mode == "raise":
     raise ValueError("probe")
 elif mode == "kill":
     os.kill(os.getpid(), signal.SIGKILL)
+elif mode == "left-open":
+    kept = open(sys.argv[2], "w")
+    kept.write("written, never closed")
+elif mode == "wait":
+    print("waiting", flush=True)
+    signal.pause()
 """
 
 
@@ -62,3 +72,51 @@ def test_a_warm_launch_ends_as_a_fresh_interpreter_does(probe, mode, status):
     if mode == "raise":
         assert "ValueError: probe" in warm.stderr and warm.stderr.splitlines()[-2:] == cold.stderr.splitlines()[-2:]
         assert warm.stderr.startswith("Traceback") and warm.stderr.endswith("atexit ran\n")
+
+
+def test_a_file_left_open_is_flushed_as_by_a_fresh_interpreter(probe, tmp_path):
+    warm, cold = tmp_path / "warm.txt", tmp_path / "cold.txt"
+    assert run_script(probe, "left-open", str(warm), threads=1).returncode == 0
+    assert run_process([sys.executable, probe, "left-open", str(cold)], clean_env(), timeout=120).returncode == 0
+    assert warm.read_text() == cold.read_text() == "written, never closed"
+
+
+@pytest.fixture(scope="module")
+def client():
+    """The warm Python's ``sys.executable`` for the runs it forks."""
+    if WARM.folder is None:
+        pytest.fail("the session has no warm Python (MTFT_TESTS_COLD=1?)")
+    if WARM.server is None or WARM.server.poll() is not None:
+        WARM.start()  # the server writes the client
+    return WARM.paths()[1]
+
+
+@pytest.mark.parametrize("form", ["script", "-c", "-m"])
+def test_a_run_launching_sys_executable_starts_a_fresh_interpreter_warm(probe, client, form, tmp_path):
+    """What torchrun's ranks (``python -u SCRIPT``), a study's runs (``python -c BOOT``) and ``python -m`` see."""
+    (tmp_path / "warm_probe_module.py").write_text(PROBE)
+    command = {"script": ["-u", probe], "-c": ["-c", PROBE], "-m": ["-m", "warm_probe_module"]}[form]
+    env = clean_env(OMP_NUM_THREADS="1", WARM_PROBE="x", PYTHONPATH=str(tmp_path))
+    warm, cold = (run_process([python, *command, "report"], env, timeout=120) for python in (client, sys.executable))
+    assert warm.returncode == cold.returncode == 0, warm.stderr + cold.stderr
+    seen = [json.loads(result.stdout) for result in (warm, cold)]
+    assert seen[0] == seen[1]
+    first = {"script": os.path.dirname(probe), "-c": "", "-m": str(REPO)}[form]
+    assert seen[0]["path"][:2] == [first, str(tmp_path)]
+    assert not seen[0]["mtft"] and seen[0]["threads"] == 1 and seen[0]["pgid_is_pid"]
+    assert warm.stderr == cold.stderr == "atexit ran\n"
+    for mode, status in (("exit", 3), ("raise", 1), ("kill", -9)):
+        ends = [run_process([python, "-u", probe, mode], env, timeout=120) for python in (client, sys.executable)]
+        assert ends[0].returncode == ends[1].returncode == status, mode
+
+
+def test_a_signal_to_the_launching_process_reaches_the_run_and_ends_it_the_same_way(probe, client):
+    """torchrun stops its ranks, and a study its runs, with SIGTERM: the warm run gets it, and the client (the
+    process torchrun sees) ends by it as a fresh interpreter would."""
+    for python in (client, sys.executable):
+        with subprocess.Popen(
+            [python, probe, "wait"], stdout=subprocess.PIPE, text=True, env=clean_env(OMP_NUM_THREADS="1")
+        ) as process:
+            assert process.stdout is not None and process.stdout.readline() == "waiting\n"
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=60) == -signal.SIGTERM, python
