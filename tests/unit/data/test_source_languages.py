@@ -194,3 +194,21 @@ def test_the_report_marks_each_language_and_gives_the_macros_and_the_gap(tmp_pat
     assert "| target macro | 0.4500 |" in text and "| transfer gap (source − target) | 0.4000 |" in text
     plain = write_report(*args, targets={"xnli": []}).read_text()
     assert "| en | 0.9000 |" in plain and "source" not in plain and "target" not in plain
+
+
+def test_the_plan_of_the_shipped_multi_source_config_checks_and_prints_its_split(capsys, monkeypatch):
+    """``run.py --plan`` on configs/xtreme_multi_source.yaml, offline: Hub ids are described, never loaded."""
+    from mtft.cli import main
+    from tests.conftest import REPO
+
+    monkeypatch.chdir(REPO)
+    assert main(["--config", "configs/xtreme_multi_source.yaml", "--plan"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "tydiqa (in_language): sources en, fi, id, ru; targets ar, bn, ko, sw, te" in lines
+    assert "  train facebook/xnli (config {language}) split train: en, de, fr, es, ru" in lines
+    assert lines[-1] == (
+        "model selection: metric_for_best xnli/accuracy reads xnli/source_accuracy on validation "
+        "(evaluation.select_on=source)"
+    )
+    with pytest.raises(ConfigError, match="'zh', a target language"):
+        main(["--config", "configs/xtreme_multi_source.yaml", "--plan", "evaluation.metric_for_best=xnli/zh/accuracy"])
