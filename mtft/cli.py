@@ -62,6 +62,11 @@ def main(argv: list[str]) -> int:
     if args.print_config:
         print(config_to_yaml(config), end="")
         return 0
+    if args.plan:
+        from mtft.data.plan import describe_plan
+
+        print("\n".join(describe_plan(config)))
+        return 0
     if args.prefetch:
         from mtft.data.prefetch import prefetch
 
@@ -122,6 +127,12 @@ def train_parser() -> argparse.ArgumentParser:
         "--prefetch",
         action="store_true",
         help="download and cache the config's datasets (and Hub backbone) for offline runs, then exit",
+    )
+    parser.add_argument(
+        "--plan",
+        action="store_true",
+        help="check the config's tasks and print what a run would train and evaluate on (sources, targets, dataset "
+        "splits, model selection) without reading data, the model or the Hub, then exit",
     )
     # The deepspeed launcher appends --local_rank; LOCAL_RANK in the environment carries the same value.
     parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)

@@ -139,7 +139,16 @@ class TaskSelection(Section):
     protocol: Optional[Literal["in_language", "zero_shot"]] = Field(
         None,
         description="zero_shot: train on the task's source language only, evaluate every language; "
-        "in_language: train and evaluate every language. Default: the task's own default.",
+        "in_language: train and evaluate every language. Default: the task's own default. With "
+        "source_languages, the protocol only chooses which training data a source reads, where a task's differ "
+        "(XNLI: zero_shot trains on English MultiNLI, in_language on each language's own XNLI training split).",
+    )
+    source_languages: Optional[list[str]] = Field(
+        None,
+        description="The languages this task trains on (its sources), each one of languages; the other evaluated "
+        "languages are its targets, never trained on (zero-shot transfer), reported apart (source and target "
+        "macro, transfer gap). Default: the protocol's (zero_shot: the task's source language; in_language: "
+        "every language).",
     )
     max_train_examples: Optional[int] = Field(
         None, ge=1, description="Use at most this many training examples per objective."
@@ -164,7 +173,7 @@ class TaskSelection(Section):
     def _name_is_a_file_name(cls, value: str) -> str:
         return name_value(value, "task name")
 
-    @field_validator("languages")
+    @field_validator("languages", "source_languages")
     @classmethod
     def _nonempty_unique(cls, value: Optional[list[str]]) -> Optional[list[str]]:
         if value is not None:
@@ -395,9 +404,18 @@ class EvaluationSection(Section):
     metric_for_best: Optional[str] = Field(
         None,
         description="Metric that selects the best checkpoint: '<task>/<metric>' (the task's macro "
-        "average over languages) or '<task>/<language>/<metric>'. Default: no best-checkpoint selection.",
+        "average over the languages of select_on) or '<task>/<language>/<metric>'. Default: no best-checkpoint "
+        "selection.",
     )
     greater_is_better: bool = Field(True, description="Whether a larger metric_for_best is better.")
+    select_on: Literal["source", "all", "target"] = Field(
+        "source",
+        description="Which languages' validation metric_for_best (and early stopping) reads, for a task with "
+        "target languages (data.tasks.N.source_languages, or the zero_shot protocol): source (the default: a "
+        "zero-shot run never looks at target labels; Schmidt et al., 2023), all, or target. '<task>/<metric>' "
+        "is then the macro average over those languages (<task>/source_<metric>, <task>/<metric>, "
+        "<task>/target_<metric>); a '<task>/<language>/<metric>' must be one of them.",
+    )
     early_stopping_patience: Optional[int] = Field(
         None,
         ge=1,

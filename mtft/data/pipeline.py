@@ -48,6 +48,7 @@ class TaskData:
     protocol: str
     languages: list[str]  # evaluated
     max_length: int = 128  # tokens per encoded row
+    targets: list[str] = field(default_factory=list)  # evaluated, never trained on (zero-shot transfer)
     eval_split: str = "validation"
     label_names: list[str] = field(default_factory=list)
     raw_train: dict[str, datasets.Dataset] = field(default_factory=dict)
@@ -163,7 +164,12 @@ def _load_task(chosen: SelectedTask, config: RunConfig) -> TaskData:
     task, selection, languages = chosen.task, chosen.selection, chosen.languages
     split = config.evaluation.split
     td = TaskData(
-        task, chosen.protocol, languages, max_length=selection.max_length or config.data.max_length, eval_split=split
+        task,
+        chosen.protocol,
+        languages,
+        max_length=selection.max_length or config.data.max_length,
+        targets=chosen.target_languages(),
+        eval_split=split,
     )
     for lang in chosen.training_languages():
         td.raw_train[lang] = _load(td, "train", lang, selection.max_train_examples, config)

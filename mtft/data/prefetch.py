@@ -1,6 +1,6 @@
 """``run.py --config X --prefetch``: download and cache every dataset split a config reads, then stop.
 
-The splits are exactly those a run of the config loads (training languages under each task's protocol,
+The splits are exactly those a run of the config loads (each task's sources: source_languages or its protocol's,
 the evaluation split of every evaluated language), read with the same ``datasets.load_dataset`` call and
 cache folder, so a later run with ``HF_DATASETS_OFFLINE=1`` finds them. With a Hub backbone, its tokenizer
 and weights are fetched into the Hugging Face cache too. Nothing is written to the run's output directory.

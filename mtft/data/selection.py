@@ -9,8 +9,9 @@ a run's preflight (:mod:`mtft.training.preflight`) all start from :func:`select_
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping, Sequence
 
-from mtft.config.schema import RunConfig, TaskSelection
+from mtft.config.schema import EvaluationSection, RunConfig, TaskSelection
 from mtft.core.errors import ConfigError
 from mtft.data.sources import check_local_files
 from mtft.tasks.base import DatasetRef, Task
@@ -29,7 +30,18 @@ class SelectedTask:
         return self.task.name
 
     def training_languages(self) -> list[str]:
+        """The sources: ``source_languages`` when given, else the protocol's (an evaluation-only task: none)."""
+        if self.selection.source_languages is not None and self.task.evaluate_with is None:
+            return list(self.selection.source_languages)
         return self.task.training_languages(self.languages, self.protocol)
+
+    def target_languages(self) -> list[str]:
+        """The evaluated languages the task never trains on (zero-shot transfer); none for an evaluation-only task,
+        which trains nothing of its own."""
+        if self.task.evaluate_with is not None:
+            return []
+        sources = self.training_languages()
+        return [lang for lang in self.languages if lang not in sources]
 
     def refs(self, eval_split: str) -> list[tuple[str, str, DatasetRef]]:
         """(split, language, where it comes from) of every split the run reads: training, then evaluation."""
@@ -55,9 +67,55 @@ def select_tasks(config: RunConfig) -> list[SelectedTask]:
         protocol = selection.protocol or task.default_protocol
         if protocol not in task.protocols:
             raise ConfigError(f"task {task.name!r} does not support protocol {protocol!r}; valid: {task.protocols}")
-        selected[selection.name] = SelectedTask(task, selection, languages, protocol)
+        chosen = SelectedTask(task, selection, languages, protocol)
+        _check_sources(chosen)
+        _check_evaluation_split(chosen, config.evaluation.split)
+        selected[selection.name] = chosen
     _check_head_owners(selected)
     return list(selected.values())
+
+
+def _check_sources(chosen: SelectedTask) -> None:
+    """``source_languages``: languages of the task, evaluated too, each with training data of its own language."""
+    task, sources = chosen.task, chosen.selection.source_languages
+    if sources is None:
+        return
+    unknown = [lang for lang in sources if lang not in task.languages]
+    if unknown:
+        raise ConfigError(
+            f"task {task.name!r}: source_languages has no language(s) {', '.join(unknown)} of the task; "
+            f"valid: {', '.join(task.languages)}"
+        )
+    unevaluated = [lang for lang in sources if lang not in chosen.languages]
+    if unevaluated:
+        raise ConfigError(
+            f"task {task.name!r}: source language(s) {', '.join(unevaluated)} not in its languages "
+            f"[{', '.join(chosen.languages)}]: a source is evaluated too (its validation selects the model); add it"
+        )
+    if task.evaluate_with is not None:
+        raise ConfigError(
+            f"task {task.name!r} is evaluated with the head of {task.evaluate_with!r} and trains on nothing: "
+            "remove its source_languages"
+        )
+    for lang in sources:
+        ref = task.dataset_ref("train", lang, chosen.protocol)
+        if ref.language is not None and ref.language != lang:
+            raise ConfigError(
+                f"task {task.name!r}: source language {lang!r} has no training data under protocol "
+                f"{chosen.protocol!r} ({ref.describe()} is {ref.language} only); use protocol in_language "
+                f"(each language's own training split) or source_languages [{ref.language}]"
+            )
+
+
+def _check_evaluation_split(chosen: SelectedTask, split: str) -> None:
+    """Every evaluated language -- a target above all, which has nothing else -- needs the evaluation split."""
+    if split not in chosen.task.data:
+        targets = chosen.target_languages()
+        what = f"target language(s) {', '.join(targets)}" if targets else f"language(s) {', '.join(chosen.languages)}"
+        raise ConfigError(
+            f"task {chosen.name!r} has no {split!r} split to evaluate its {what} on; its splits: "
+            f"{', '.join(chosen.task.data)}: set evaluation.split to one of them"
+        )
 
 
 def _check_head_owners(selected: dict[str, SelectedTask]) -> None:
@@ -85,6 +143,8 @@ def check_tasks(config: RunConfig) -> list[SelectedTask]:
 
 
 def check_metric_for_best(config: RunConfig, selected: list[SelectedTask]) -> None:
+    """``evaluation.metric_for_best`` is a metric of what selection scores, read on the languages of
+    ``evaluation.select_on`` (:func:`selection_metric`)."""
     key = config.evaluation.metric_for_best
     if key is None:
         return
@@ -96,3 +156,56 @@ def check_metric_for_best(config: RunConfig, selected: list[SelectedTask]) -> No
     if key not in valid:
         where = "of the dev set (data.dev_split)" if dev else "of this run"
         raise ConfigError(f"evaluation.metric_for_best={key!r} is not a metric {where}; valid: {', '.join(valid)}")
+    selection_metric(
+        config.evaluation,
+        {c.name: c.languages for c in selected},
+        {c.name: c.target_languages() for c in selected},
+        dev,
+    )
+
+
+def selection_metric(
+    evaluation: EvaluationSection,
+    languages: Mapping[str, Sequence[str]],
+    targets: Mapping[str, Sequence[str]],
+    dev: bool,
+) -> str:
+    """The metrics key that best-checkpoint selection and early stopping read for ``evaluation.metric_for_best``
+    (a key :func:`check_metric_for_best` accepted), given each task's evaluated and target languages.
+
+    The aggregate follows ``evaluation.select_on``: ``'<task>/<metric>'`` is the macro over the task's source
+    languages (``<task>/source_<metric>``), all its languages, or its targets (``<task>/target_<metric>``), and a
+    per-language key must name a language of that group. By default only sources are read: a zero-shot set-up
+    that selects on target-language validation has used target labels (Schmidt et al., 2023, "Free lunch:
+    robust cross-lingual transfer via model checkpoint averaging"). A task without targets is all sources;
+    so is the dev set of ``data.dev_split`` (held out of the training splits)."""
+    key, select_on = evaluation.metric_for_best, evaluation.select_on
+    assert key is not None
+    task, *rest = key.split("/")
+    scored_targets = [] if dev else list(targets.get(task, []))
+    if select_on == "all":
+        return key
+    if select_on == "target" and not scored_targets:
+        where = "the dev set (data.dev_split) holds source languages only" if dev else "it has none"
+        raise ConfigError(
+            f"evaluation.select_on=target selects on task {task!r}'s target languages, and {where}: "
+            "set evaluation.select_on=source"
+        )
+    if not scored_targets:
+        return key
+    if len(rest) == 2:  # one language's metric
+        role = "target" if rest[0] in scored_targets else "source"
+        if role != select_on:
+            raise ConfigError(
+                f"evaluation.metric_for_best={key!r} reads {rest[0]!r}, a {role} language of task {task!r}, and "
+                f"evaluation.select_on={select_on} selects on {select_on} languages only: set "
+                f"evaluation.select_on={role} (or all) to select on it"
+            )
+        return key
+    if select_on == "source" and not [lang for lang in languages[task] if lang not in scored_targets]:
+        raise ConfigError(
+            f"evaluation.select_on=source: task {task!r} evaluates none of its source languages (its languages "
+            f"{', '.join(languages[task])} are all targets): add a source to its languages, or set "
+            "evaluation.select_on=target to select on target labels"
+        )
+    return f"{task}/{select_on}_{rest[0]}"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from statistics import mean
+from typing import Optional
 
 from mtft.core.shards import sharded_map
 from mtft.data.batching import BatchBuilder
@@ -25,7 +26,9 @@ from mtft.tasks.hidden import HiddenLabelsError
 
 @dataclass
 class Evaluation:
-    metrics: dict[str, float]  # "<task>/<language>/<metric>" and "<task>/<metric>" (macro over languages)
+    # "<task>/<language>/<metric>", "<task>/<metric>" (macro over languages), and for a task with targets
+    # "<task>/source_<metric>", "<task>/target_<metric>", "<task>/transfer_gap_<metric>" (add_macro_averages)
+    metrics: dict[str, float]
     predictions: dict[tuple[str, str], list[dict]]  # (task, language) -> [{"id", "prediction"}]
 
 
@@ -88,10 +91,30 @@ def decoded_rows(
 
 
 def add_macro_averages(metrics: dict[str, float], data: PreparedData, dev: bool, prefix: str = "") -> None:
-    """``<task>/<prefix><metric>``: the mean of ``<task>/<language>/<prefix><metric>`` over the languages scored."""
+    """``<task>/<prefix><metric>``: the mean of ``<task>/<language>/<prefix><metric>`` over the languages scored.
+
+    A task with target languages (evaluated, never trained on) also gets the macro over its sources,
+    ``<task>/<prefix>source_<metric>``, over its targets, ``<task>/<prefix>target_<metric>``, and (the model's
+    metrics, no prefix) the transfer gap ``<task>/transfer_gap_<metric>`` = source − target macro. The dev set of
+    data.dev_split holds sources only: no split there."""
     for name, td in data.tasks.items():
         for metric in td.task.metrics:
             languages = list(td.dev) if dev else td.languages  # cross-lingual: the dev set is the training language's
-            scored = [metrics[k] for lang in languages if (k := f"{name}/{lang}/{prefix}{metric}") in metrics]
-            if scored:
-                metrics[f"{name}/{prefix}{metric}"] = mean(scored)
+            macro = _macro(metrics, name, languages, prefix + metric)
+            if macro is not None:
+                metrics[f"{name}/{prefix}{metric}"] = macro
+            if dev or not td.targets:
+                continue
+            source = _macro(metrics, name, [lang for lang in languages if lang not in td.targets], prefix + metric)
+            target = _macro(metrics, name, td.targets, prefix + metric)
+            if source is not None:
+                metrics[f"{name}/{prefix}source_{metric}"] = source
+            if target is not None:
+                metrics[f"{name}/{prefix}target_{metric}"] = target
+            if source is not None and target is not None and not prefix:
+                metrics[f"{name}/transfer_gap_{metric}"] = source - target
+
+
+def _macro(metrics: dict[str, float], task: str, languages: list[str], metric: str) -> Optional[float]:
+    scored = [metrics[k] for lang in languages if (k := f"{task}/{lang}/{metric}") in metrics]
+    return mean(scored) if scored else None

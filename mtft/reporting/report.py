@@ -20,8 +20,11 @@ def write_report(
     parameters: Optional[list[tuple[str, int, int]]] = None,
     variants: Optional[dict[str, str]] = None,
     sections: list[str] = (),
+    targets: Optional[dict[str, list[str]]] = None,
 ) -> Path:
-    """``variants``: per task, the metric variant in words (e.g. seqeval mode, SQuAD v1.1 rules)."""
+    """``variants``: per task, the metric variant in words (e.g. seqeval mode, SQuAD v1.1 rules); ``targets``: per
+    task, its target languages (evaluated, never trained on), marked in its table beside the source and target
+    macros and the transfer gap."""
     lines = [f"# Run report: {title}", ""]
     lines += ["## Setup", "", "| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in setup] + [""]
     if parameters:
@@ -40,11 +43,16 @@ def write_report(
         if variants and task in variants:
             lines += [f"Metric: {variants[task]}.", ""]
         lines += [header, "|---|" + "---:|" * len(metrics)]
+        roles = (targets or {}).get(task, [])
         for lang in languages[task]:
-            lines.append(f"| {lang} | " + " | ".join(_fmt(final.get(f"{task}/{lang}/{m}")) for m in metrics) + " |")
+            name = f"{lang} ({'target' if lang in roles else 'source'})" if roles else lang
+            lines.append(f"| {name} | " + " | ".join(_fmt(final.get(f"{task}/{lang}/{m}")) for m in metrics) + " |")
         lines.append(
             "| **macro average** | " + " | ".join(f"**{_fmt(final.get(f'{task}/{m}'))}**" for m in metrics) + " |"
         )
+        if roles:  # mtft.evaluation.evaluate.add_macro_averages's names
+            for label, part in _TRANSFER_ROWS:
+                lines.append(f"| {label} | " + " | ".join(_fmt(final.get(f"{task}/{part}{m}")) for m in metrics) + " |")
         baseline = [final.get(f"{task}/majority_{m}") for m in metrics]  # mtft.evaluation.majority's names
         if any(v is not None for v in baseline):
             lines.append("| majority-class baseline (macro) | " + " | ".join(map(_fmt, baseline)) + " |")
@@ -59,6 +67,14 @@ def write_report(
     path = run_dir / "report.md"
     path.write_text("\n".join(lines), encoding="utf-8")
     return path
+
+
+#: the rows of a task with target languages: label, and the prefix of the metric's name
+_TRANSFER_ROWS = (
+    ("source macro", "source_"),
+    ("target macro", "target_"),
+    ("transfer gap (source − target)", "transfer_gap_"),
+)
 
 
 def _loss_section(events: list[dict[str, Any]]) -> list[str]:

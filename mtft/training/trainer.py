@@ -28,6 +28,7 @@ from mtft.core.paths import inside
 from mtft.data.batching import BatchBuilder
 from mtft.data.pipeline import PreparedData, prepare_data
 from mtft.data.sampler import MultiObjectiveSampler, mixing_probabilities
+from mtft.data.selection import selection_metric
 from mtft.evaluation.evaluate import Evaluation, evaluate
 from mtft.evaluation.majority import MAJORITY, majority_baselines
 from mtft.forgetting import build_monitor
@@ -384,10 +385,10 @@ class Run:
         the held-out dev set (logged as "dev" rows), and evaluation.split is scored once, at the end, as the test
         set (logged as "eval" rows), never selecting anything."""
         if self.config.data.dev_split is None:
-            return self._select_best(self._score(dev=False))
+            return self._select_best(self._score(dev=False), dev=False)
         if not (final and self.dev_scored_step == self.step):  # an early stop has just scored this step
             self.dev_scored_step = self.step
-            selection = self._select_best(self._score(dev=True))
+            selection = self._select_best(self._score(dev=True), dev=True)
             if not final:
                 return selection
         return self._score(dev=False)
@@ -413,12 +414,19 @@ class Run:
                 logger.info(f"majority-class baseline{' (dev)' if dev else ''}: {macro}")
         return self.baselines[dev]
 
-    def _select_best(self, result: Evaluation) -> Evaluation:
+    def _select_best(self, result: Evaluation, dev: bool) -> Evaluation:
         cfg = self.config.evaluation
         if cfg.metric_for_best:
-            value = result.metrics[cfg.metric_for_best]
+            # evaluation.select_on: the macro over the source languages by default (never a target's labels)
+            key = selection_metric(
+                cfg,
+                {name: td.languages for name, td in self.data.tasks.items()},
+                {name: td.targets for name, td in self.data.tasks.items()},
+                dev,
+            )
+            value = result.metrics[key]
             if self.early_stopping.update(value):  # strictly better than the best so far (or the first)
-                self.best = {"metric": cfg.metric_for_best, "value": value, "step": self.step}
+                self.best = {"metric": key, "value": value, "step": self.step}
                 self._save_best(result)
         return result
 
@@ -428,7 +436,7 @@ class Run:
         if self.proc.is_main:
             with AtomicFolder(self.run_dir / "best").writing(kind="best", step=self.step) as folder:
                 ckpt.write_weights(state, heads_metadata(self.data), folder)
-                write_json(folder / "metrics.json", {"step": self.step, **result.metrics})
+                write_json(folder / "metrics.json", self._metrics_json(result))
         barrier()
 
     def _trainer_state(self) -> dict[str, Any]:
@@ -476,6 +484,16 @@ class Run:
         self.monitor.load_state_dict(state.get("forgetting"))
         logger.info(f"resumed from {path} at step {self.step}")
 
+    def _metrics_json(self, result: Evaluation) -> dict[str, Any]:
+        """What ``metrics.json`` holds: the step, the metrics and, for the tasks with target languages, which of
+        their languages are sources (trained on) and which targets (never trained on)."""
+        roles = {
+            name: {"source": [lang for lang in td.languages if lang not in td.targets], "target": td.targets}
+            for name, td in self.data.tasks.items()
+            if td.targets
+        }
+        return {"step": self.step, **result.metrics, **({"languages": roles} if roles else {})}
+
     def _finish(self, final: Evaluation) -> None:
         cfg = self.config
         for (task, lang), rows in final.predictions.items():
@@ -484,7 +502,7 @@ class Run:
             path.parent.mkdir(parents=True, exist_ok=True)
             with path.open("w", encoding="utf-8") as handle:
                 handle.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-        write_json(self.run_dir / "metrics.json", {"step": self.step, **final.metrics})
+        write_json(self.run_dir / "metrics.json", self._metrics_json(final))
         objectives = [
             {"name": unit.key, "examples": len(self.data.train_dataset(i)), "probability": float(self.mix[i])}
             for i, unit in enumerate(self.data.train_units)
@@ -523,6 +541,7 @@ class Run:
             self.best,
             {name: list(td.task.metrics) for name, td in self.data.tasks.items()},
             {name: td.languages for name, td in self.data.tasks.items()},
+            targets={name: td.targets for name, td in self.data.tasks.items()},
             parameters=self.parameters,
             sections=monitor_sections(self.run_dir),
             variants={name: td.task.metric_description() for name, td in self.data.tasks.items()},

@@ -156,6 +156,35 @@ FAST = {
     ),
     "unknown-language": ([*BASE, "data.tasks.0.languages=[en,xx]"], {}, "has no language(s) xx"),
     "bad-task-setting": ([*BASE, "data.tasks.0.settings={colour: 1}"], {}, "settings.colour"),
+    # source and target languages (issue 29)
+    "source-unknown": ([*BASE, "data.tasks.0.source_languages=[en,xx]"], {}, "source_languages has no language(s) xx"),
+    "source-not-evaluated": (
+        [*BASE, "data.tasks.0.languages=[en,ar]", "data.tasks.0.source_languages=[en,de]"],
+        {},
+        "source language(s) de not in its languages [en, ar]",
+    ),
+    "sources-empty": ([*BASE, "data.tasks.0.source_languages=[]"], {}, "must list at least one language"),
+    "source-twice": ([*BASE, "data.tasks.0.source_languages=[en,de,en]"], {}, "lists a language twice"),
+    "source-without-its-training-data": (
+        [*BASE, "data.tasks.0.protocol=zero_shot", "data.tasks.0.source_languages=[en,de]"],
+        {},
+        "source language 'de' has no training data under protocol 'zero_shot'",
+    ),
+    "target-without-evaluation-split": (
+        [
+            *BASE,
+            "data.tasks=[{name: tydiqa, languages: [en, sw], source_languages: [en]}]",
+            "evaluation.split=test",
+            "evaluation.metric_for_best=null",
+        ],
+        {},
+        "task 'tydiqa' has no 'test' split to evaluate its target language(s) sw on",
+    ),
+    "select-on-a-target": (
+        [*BASE, "data.tasks.0.source_languages=[en,de]", "evaluation.metric_for_best=xnli/ar/accuracy"],
+        {},
+        "reads 'ar', a target language of task 'xnli', and evaluation.select_on=source",
+    ),
     "early-stopping-without-metric": (
         [*BASE, "evaluation.metric_for_best=null", "evaluation.early_stopping_patience=2"],
         {},

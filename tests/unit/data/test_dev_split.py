@@ -61,12 +61,14 @@ def test_metric_for_best_must_be_a_metric_of_the_dev_set():
     with pytest.raises(ConfigError, match="not a metric of the dev set"):  # de is evaluated, never trained on
         check_metric_for_best(with_metric("xnli/de/accuracy"), selected)
     whole = make_config(tasks=[zero_shot])
-    check_metric_for_best(
-        whole.model_copy(
-            update={"evaluation": whole.evaluation.model_copy(update={"metric_for_best": "xnli/de/accuracy"})}
-        ),
-        select_tasks(whole),
-    )
+
+    def on_de(select_on: str):
+        update = {"metric_for_best": "xnli/de/accuracy", "select_on": select_on}
+        return whole.model_copy(update={"evaluation": whole.evaluation.model_copy(update=update)})
+
+    check_metric_for_best(on_de("target"), select_tasks(whole))  # without the dev set: a target, when asked for
+    with pytest.raises(ConfigError, match="'de', a target language"):
+        check_metric_for_best(on_de("source"), select_tasks(whole))
 
 
 def test_too_few_examples_to_split_is_one_data_error():

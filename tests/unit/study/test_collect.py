@@ -52,3 +52,31 @@ def test_descent_summary_is_the_fraction_of_checked_steps(tmp_path):
     assert descent_summary(path) == {"common_descent": 2 / 3}
     path.write_text(json.dumps(rows[-1]), encoding="utf-8")
     assert descent_summary(path) == {}  # a run without descent_check has no summary
+
+
+def test_source_and_target_macros_are_study_metrics(tmp_path):
+    """A run with target languages (mtft.evaluation.evaluate.add_macro_averages) writes two-part macro names, so a
+    study aggregates them by key, counts failures against their majority baseline, and its per-language views
+    (worst language, families) see languages only; the roles mapping is not a number and stays out."""
+    from mtft.study.aggregate import expand_metrics, is_per_objective
+    from mtft.study.failure import expand_failure_metrics
+
+    final = {
+        "step": 10,
+        "xnli/en/accuracy": 0.9,
+        "xnli/sw/accuracy": 0.5,
+        "xnli/accuracy": 0.7,
+        "xnli/source_accuracy": 0.9,
+        "xnli/target_accuracy": 0.5,
+        "xnli/transfer_gap_accuracy": 0.4,
+        "xnli/majority_target_accuracy": 0.33,
+        "languages": {"xnli": {"source": ["en"], "target": ["sw"]}},
+    }
+    (tmp_path / "metrics.json").write_text(json.dumps(final))
+    metrics = run_metrics(tmp_path)
+    assert "languages" not in metrics and metrics["xnli/worst_accuracy"] == 0.5
+    names, unmatched = expand_metrics(["xnli/target_*", "xnli/transfer_gap_accuracy"], set(metrics))
+    assert names == ["xnli/target_accuracy", "xnli/transfer_gap_accuracy"] and not unmatched
+    assert not any(is_per_objective(name) for name in names)
+    counted, _, without = expand_failure_metrics(["xnli/target_accuracy"], set(metrics))
+    assert counted == ["xnli/target_accuracy"] and not without
