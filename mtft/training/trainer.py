@@ -8,7 +8,6 @@ a checkpoint has loaded.
 
 from __future__ import annotations
 
-import json
 import math
 import signal
 import time
@@ -24,11 +23,10 @@ from mtft.config.schema import RunConfig
 from mtft.core.atomic import AtomicFolder, recover, write_json
 from mtft.core.distributed import barrier, init_distributed
 from mtft.core.errors import CheckpointError, ConfigError, Diverged, Interrupted
-from mtft.core.paths import inside
 from mtft.data.batching import BatchBuilder
 from mtft.data.pipeline import PreparedData, prepare_data
 from mtft.data.sampler import MultiObjectiveSampler, mixing_probabilities
-from mtft.evaluation.evaluate import Evaluation, evaluate
+from mtft.evaluation.evaluate import Evaluation, evaluate, write_predictions
 from mtft.evaluation.majority import MAJORITY, majority_baselines
 from mtft.forgetting import build_monitor
 from mtft.forgetting.monitor import prepare_forgetting
@@ -478,12 +476,7 @@ class Run:
 
     def _finish(self, final: Evaluation) -> None:
         cfg = self.config
-        for (task, lang), rows in final.predictions.items():
-            # every name-built path goes through inside(): it cannot leave the run directory
-            path = inside(self.run_dir, "predictions", cfg.evaluation.split, task, f"{lang}.jsonl")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("w", encoding="utf-8") as handle:
-                handle.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+        write_predictions(self.run_dir, cfg.evaluation.split, final.predictions)
         write_json(self.run_dir / "metrics.json", {"step": self.step, **final.metrics})
         objectives = [
             {"name": unit.key, "examples": len(self.data.train_dataset(i)), "probability": float(self.mix[i])}
