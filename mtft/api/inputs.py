@@ -85,10 +85,7 @@ def prepare_input(task: Task, dataset: datasets.Dataset, where: str) -> datasets
     if task.id_column and task.id_column not in dataset.column_names:
         dataset = dataset.add_column(task.id_column, [str(i) for i in range(len(dataset))])
     if task.label_column not in dataset.column_names:
-        words = dataset[task.text_columns[0]] if task.head == "token_classification" else None
-        dataset = dataset.add_column(
-            task.label_column, [placeholder_label(task, words and words[n]) for n in range(len(dataset))]
-        )
+        dataset = dataset.add_column(task.label_column, [placeholder_label(task, row) for row in dataset])
     rows = range(len(dataset))
     check_rows(task, dataset, where, rows)
     dataset = task.check_split(dataset, where, rows)
@@ -97,8 +94,8 @@ def prepare_input(task: Task, dataset: datasets.Dataset, where: str) -> datasets
     return dataset
 
 
-def placeholder_label(task: Task, words: Optional[list] = None) -> Any:
-    """A label of ``task``'s form that encodes without error; never read by decoding."""
+def placeholder_label(task: Task, row: Mapping[str, Any]) -> Any:
+    """A label of ``task``'s form for ``row`` that encodes without error; never read by decoding."""
     if task.hidden_label is not None:
         return task.hidden_label
     if task.head in ("sequence_classification", "multiple_choice"):
@@ -106,9 +103,9 @@ def placeholder_label(task: Task, words: Optional[list] = None) -> Any:
     if task.head == "regression":
         return 0.0
     if task.head == "token_classification":
-        return [0] * len(words or [])
-    if task.head == "question_answering":
-        return {"text": [""], "answer_start": [0]}  # the empty answer at the start of every context
+        return [0] * len(row[task.text_columns[0]])
+    if task.head == "question_answering":  # the context's first character (an empty answer has no token span)
+        return {"text": [row[task.text_columns[-1]][:1]], "answer_start": [0]}
     raise DataError(
         f"task {task.name!r} ({task.head}): give its label column {task.label_column!r} too (any valid value: "
         "predictions do not read it)"
