@@ -12,6 +12,8 @@ from types import ModuleType
 COMMANDS: dict[str, tuple[str, str]] = {
     # name: (module, one-line summary for run.py --help)
     "export": ("mtft.commands.export", "write each task's adapter as a standard PEFT LoRA directory"),
+    "predict": ("mtft.commands.predict", "a trained run's predictions on new input (a file or dataset), any language"),
+    "evaluate": ("mtft.commands.evaluate", "evaluate a finished run, without training, on other languages or data"),
     "score": ("mtft.commands.score", "official metrics of a predictions file, offline, as JSON"),
     "study": ("mtft.commands.study", "a grid of runs over seeds, here or on Slurm, aggregated into tables and plots"),
     "probe": ("mtft.commands.probe", "Gaussian sensitivity probe of checkpoints: ΔL_p per γ and language"),

@@ -1,7 +1,11 @@
-"""``python run.py export --run <run dir> --out <dir>``: each task's adapter as a standard PEFT LoRA directory.
+"""``python run.py export --run <run dir> --out <dir> [--merge]``: what a run learnt, for ``transformers`` / ``peft``.
 
-Export a run's adapters as standard PEFT LoRA directories, one per task (or per objective).
+A run without adapters (full fine-tuning, heads only) is written as ``encoder/`` -- ``save_pretrained`` of the
+fine-tuned encoder in its backbone's own class, with the tokenizer, so ``AutoModel.from_pretrained`` loads it --
+and ``<task>/head.safetensors`` + ``head.json`` per task. With ``--merge``, a LoRA / Multi-LoRA run is written so
+too, one plain encoder per task (or objective) with its adapter merged into the weights, in ``<task>/``.
 
+Otherwise a run's adapters are exported as standard PEFT LoRA directories, one per task (or per objective).
 Each directory is written by PEFT itself (``save_pretrained`` of a one-adapter ``PeftModel`` on the run's base
 encoder), so any PEFT user loads it with ``PeftModel.from_pretrained(base, dir)``: for Multi-LoRA, A is copied
 into ``lora_A`` and the task's B into ``lora_B``. Beside it, ``head.safetensors`` + ``head.json`` hold the task
@@ -36,7 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="run.py export",
         description="Write each task's adapter of a multi_lora or lora run as a PEFT LoRA directory (load it with "
-        "peft.PeftModel.from_pretrained on the base encoder), with the task head and its label names.",
+        "peft.PeftModel.from_pretrained on the base encoder), or with --merge as a Transformers folder with the "
+        "adapter merged in; a full (or head) fine-tuning run's encoder as a Transformers folder (AutoModel."
+        "from_pretrained). Each task's head and its label names go beside it.",
     )
     parser.add_argument("--run", required=True, type=Path, help="the run directory (run.output_dir)")
     parser.add_argument("--out", required=True, type=Path, help="a new (or empty) directory to write into")
@@ -46,28 +52,34 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="checkpoint folder to export (default: the run's newest complete checkpoint; <run>/best for the best one)",
     )
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="LoRA / Multi-LoRA: write each task's encoder with its adapter merged into the weights (a plain "
+        "Transformers folder per task) instead of PEFT adapters",
+    )
     return parser
 
 
 def main(args: argparse.Namespace) -> int:
-    for folder in export_run(args.run, args.out, args.checkpoint):
+    for folder in export_run(args.run, args.out, args.checkpoint, args.merge):
         print(folder)
     return 0
 
 
-def export_run(run_dir: Path, out: Path, checkpoint: Optional[Path] = None) -> list[Path]:
-    """Write every adapter of ``run_dir`` under ``out`` (which must not exist or be empty); return the
-    adapter directories. Written as one atomic folder (:mod:`mtft.core.atomic`): a failure leaves nothing behind."""
+def export_run(run_dir: Path, out: Path, checkpoint: Optional[Path] = None, merge: bool = False) -> list[Path]:
+    """Write every adapter (with ``merge``: every task's encoder with its adapter merged in; without adapters: the
+    encoder) of ``run_dir`` under ``out`` (which must not exist or be empty); return the folders written.
+    Written as one atomic folder (:mod:`mtft.core.atomic`): a failure leaves nothing behind."""
     out = Path(out)
-    # never delete or replace what mtft did not write: only a missing or empty --out is written (an empty
-    # folder holds nothing to lose), not even an earlier export
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise CheckpointError(f"export directory {out} exists and is not empty; choose another --out")
-    AtomicFolder(out).check()  # a <out>.partial or <out>.previous of the user's is refused before the run loads
-    _refuse_inside_run(out, find_run_dir(run_dir)[0])
+    check_out(out, run_dir)
     quiet_cpu_accelerator()  # PEFT's save asks transformers about DeepSpeed, which would warn about the CPU
     run = load_run(run_dir, checkpoint)
     method = run.config.model.adapter.method
+    if run.method.routing is None and not run.method.exports_lora:  # full fine-tuning, heads only: no adapters
+        if merge:
+            raise CheckpointError(f"{run_dir} fine-tuned with model.adapter.method={method}: no adapter to --merge")
+        return _export_encoder(run, out, method)
     if not run.method.exports_lora:
         exportable = " or ".join(sorted(name for name, cls in METHODS.items() if cls.exports_lora))
         raise CheckpointError(
@@ -75,14 +87,16 @@ def export_run(run_dir: Path, out: Path, checkpoint: Optional[Path] = None) -> l
         )
     slots = _slots(run)
     with AtomicFolder(out).writing(kind="export", method=method) as partial, _quiet_libraries():
-        base_ref = _write_base(run, partial)
+        base_ref = _write_base(run, partial) if not merge else run.config.model.backbone
         for slot, (name, task) in enumerate(slots):
             folder = inside(partial, *name.split("/"))  # an objective's slot is <task>/<language>
-            # the embeddings are frozen under LoRA: nothing of them to save (and no vocabulary check, which
-            # looks for a config.json at base_ref and warns when the base is the export's own ../base)
-            peft_model_for(run.model.encoder, run.method, slot, name, base_ref).save_pretrained(
-                str(folder), save_embedding_layers=False
-            )
+            model = peft_model_for(run.model.encoder, run.method, slot, name, base_ref)
+            if merge:  # W0 + BA in the weights: a plain encoder of the backbone's own class
+                _save_encoder(model.merge_and_unload(), run, folder)
+            else:
+                # the embeddings are frozen under LoRA: nothing of them to save (and no vocabulary check, which
+                # looks for a config.json at base_ref and warns when the base is the export's own ../base)
+                model.save_pretrained(str(folder), save_embedding_layers=False)
             _write_head(run, task, folder)
         write_json(
             partial / "export.json",
@@ -90,11 +104,52 @@ def export_run(run_dir: Path, out: Path, checkpoint: Optional[Path] = None) -> l
                 "run": str(run.run_dir.resolve()),
                 "checkpoint": str(run.checkpoint.resolve()),
                 "method": method,
+                "format": "merged" if merge else "peft",
                 "base_model": base_ref,
                 "adapters": {name: task for name, task in slots},
             },
         )
     return [inside(out, *name.split("/")) for name, _ in slots]
+
+
+def _export_encoder(run: LoadedRun, out: Path, method: str) -> list[Path]:
+    """A run without adapters: ``encoder/`` (the fine-tuned encoder as its backbone's own Transformers class,
+    with the tokenizer) and one folder per task holding its head."""
+    with AtomicFolder(out).writing(kind="export", method=method) as partial, _quiet_libraries():
+        _save_encoder(run.model.encoder, run, partial / "encoder")
+        for task in run.heads:
+            _write_head(run, task, inside(partial, task))
+        write_json(
+            partial / "export.json",
+            {
+                "run": str(run.run_dir.resolve()),
+                "checkpoint": str(run.checkpoint.resolve()),
+                "method": method,
+                "format": "encoder",
+                "encoder": "encoder",
+                "heads": list(run.heads),
+            },
+        )
+    return [out / "encoder", *(inside(out, task) for task in run.heads)]
+
+
+def _save_encoder(encoder: torch.nn.Module, run: LoadedRun, folder: Path) -> None:
+    """``save_pretrained`` of the encoder (its own class: ``AutoModel.from_pretrained`` loads it) and the
+    tokenizer. mtft's encoders have no pooler (the heads pool), so none is saved: transformers initialises one
+    when the class has it, which nothing of the run reads (``last_hidden_state`` is the encoder's output)."""
+    encoder.save_pretrained(str(folder))
+    run.tokenizer.save_pretrained(str(folder))
+
+
+def check_out(out: Path, run_dir: Path) -> None:
+    """``--out`` of a command that writes a folder from a run (export, evaluate): missing or empty, no
+    ``<out>.partial`` or ``<out>.previous`` of the user's beside it, and not inside the run folder."""
+    # never delete or replace what mtft did not write: only a missing or empty --out is written (an empty
+    # folder holds nothing to lose), not even an earlier export
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise CheckpointError(f"output directory {out} exists and is not empty; choose another --out")
+    AtomicFolder(out).check()  # a <out>.partial or <out>.previous of the user's is refused before the run loads
+    _refuse_inside_run(out, find_run_dir(run_dir)[0])
 
 
 def _refuse_inside_run(out: Path, run_dir: Path) -> None:
@@ -199,6 +254,7 @@ def without_pooler(targets: Union[str, set[str], list[str]]) -> Union[str, set[s
 
 def _write_head(run: LoadedRun, task: str, folder: Path) -> None:
     head = run.model.heads[task]
+    folder.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in head.state_dict().items()}, str(folder / "head.safetensors"))
     meta = {"task": task, **run.heads[task], "hidden_size": run.model.encoder.config.hidden_size}
     (folder / "head.json").write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -12,10 +12,15 @@ process computes -- and takes the same best-checkpoint and early-stopping decisi
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from statistics import mean
-from typing import Optional
+from typing import Any, Optional
 
+import torch
+
+from mtft.core.paths import inside
 from mtft.core.shards import sharded_map
 from mtft.data.batching import BatchBuilder
 from mtft.data.pipeline import DEV, Objective, PreparedData
@@ -69,25 +74,35 @@ def decoded_rows(
 ) -> list:
     """The head's decoded output of every encoded evaluation row of ``objective``, in row order; on several
     processes each rank decodes its share of the batches (ZeRO-3-safe: every rank runs as many forward passes)."""
-    head_name = data.head_of(objective.task)  # an evaluation-only task (GLUE AX) borrows another's head
-    head = model.heads[head_name]
+    head = model.heads[data.head_of(objective.task)]  # an evaluation-only task (GLUE AX) borrows another's head
 
     def decode(index: int) -> list:
-        _, batch = builder.eval_batch(objective.task, objective.language, batch_size, index, dev)
-        context = {k: batch[k].to(device) for k in ("attention_mask", "group_index")}
-        segments = batch.get("token_type_ids")
-        logits = model.predict_logits(
-            head_name,
-            batch["input_ids"].to(device),
-            **context,
-            objective=data.eval_objective.get((head_name, objective.language)),
-            token_type_ids=None if segments is None else segments.to(device),
-        )
-        logits = tuple(x.float().cpu() for x in logits) if isinstance(logits, tuple) else logits.float().cpu()
-        return head.decode(logits, **{k: v.cpu() for k, v in context.items()})
+        logits, context = batch_logits(model, data, builder, objective, batch_size, index, device, dev)
+        return head.decode(logits, **context)
 
     count = builder.eval_batch_count(objective.task, objective.language, batch_size, dev)
     return [row for rows in sharded_map(count, decode) for row in rows]
+
+
+def batch_logits(
+    model, data: PreparedData, builder: BatchBuilder, objective: Objective, batch_size: int, index: int, device, dev
+) -> tuple[Any, dict[str, torch.Tensor]]:
+    """(the head's logits, on the CPU, as float; the batch's ``attention_mask`` and ``group_index``, which the
+    head's ``decode`` reads) of evaluation slice ``index`` of ``objective`` (``run.py predict`` reads the logits
+    themselves too: class probabilities)."""
+    head_name = data.head_of(objective.task)
+    _, batch = builder.eval_batch(objective.task, objective.language, batch_size, index, dev)
+    context = {k: batch[k].to(device) for k in ("attention_mask", "group_index")}
+    segments = batch.get("token_type_ids")
+    logits = model.predict_logits(
+        head_name,
+        batch["input_ids"].to(device),
+        **context,
+        objective=data.eval_objective.get((head_name, objective.language)),
+        token_type_ids=None if segments is None else segments.to(device),
+    )
+    logits = tuple(x.float().cpu() for x in logits) if isinstance(logits, tuple) else logits.float().cpu()
+    return logits, {k: v.cpu() for k, v in context.items()}
 
 
 def add_macro_averages(metrics: dict[str, float], data: PreparedData, dev: bool, prefix: str = "") -> None:
@@ -118,3 +133,24 @@ def add_macro_averages(metrics: dict[str, float], data: PreparedData, dev: bool,
 def _macro(metrics: dict[str, float], task: str, languages: list[str], metric: str) -> Optional[float]:
     scored = [metrics[k] for lang in languages if (k := f"{task}/{lang}/{metric}") in metrics]
     return mean(scored) if scored else None
+
+
+def metrics_record(step: int, metrics: dict[str, float], data: PreparedData) -> dict[str, Any]:
+    """What a ``metrics.json`` holds: the step, the metrics and, for the tasks with target languages, which of their
+    languages are sources (trained on) and which targets (never trained on)."""
+    roles = {
+        name: {"source": [lang for lang in td.languages if lang not in td.targets], "target": td.targets}
+        for name, td in data.tasks.items()
+        if td.targets
+    }
+    return {"step": step, **metrics, **({"languages": roles} if roles else {})}
+
+
+def write_predictions(folder: Path, split: str, predictions: dict[tuple[str, str], list[dict]]) -> None:
+    """``<folder>/predictions/<split>/<task>/<language>.jsonl``, one ``{"id", "prediction"}`` object a line (what
+    ``run.py score`` reads); every name-built path goes through inside(): it cannot leave ``folder``."""
+    for (task, lang), rows in predictions.items():
+        path = inside(folder, "predictions", split, task, f"{lang}.jsonl")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", encoding="utf-8") as handle:
+            handle.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)

@@ -8,7 +8,6 @@ a checkpoint has loaded.
 
 from __future__ import annotations
 
-import json
 import math
 import signal
 import time
@@ -24,12 +23,11 @@ from mtft.config.schema import RunConfig
 from mtft.core.atomic import AtomicFolder, recover, write_json
 from mtft.core.distributed import barrier, init_distributed
 from mtft.core.errors import CheckpointError, ConfigError, Diverged, Interrupted
-from mtft.core.paths import inside
 from mtft.data.batching import BatchBuilder
 from mtft.data.pipeline import PreparedData, prepare_data
 from mtft.data.sampler import MultiObjectiveSampler, mixing_probabilities
 from mtft.data.selection import selection_metric
-from mtft.evaluation.evaluate import Evaluation, evaluate
+from mtft.evaluation.evaluate import Evaluation, evaluate, metrics_record, write_predictions
 from mtft.evaluation.majority import MAJORITY, majority_baselines
 from mtft.forgetting import build_monitor
 from mtft.forgetting.monitor import prepare_forgetting
@@ -436,7 +434,7 @@ class Run:
         if self.proc.is_main:
             with AtomicFolder(self.run_dir / "best").writing(kind="best", step=self.step) as folder:
                 ckpt.write_weights(state, heads_metadata(self.data), folder)
-                write_json(folder / "metrics.json", self._metrics_json(result))
+                write_json(folder / "metrics.json", metrics_record(self.step, result.metrics, self.data))
         barrier()
 
     def _trainer_state(self) -> dict[str, Any]:
@@ -484,25 +482,10 @@ class Run:
         self.monitor.load_state_dict(state.get("forgetting"))
         logger.info(f"resumed from {path} at step {self.step}")
 
-    def _metrics_json(self, result: Evaluation) -> dict[str, Any]:
-        """What ``metrics.json`` holds: the step, the metrics and, for the tasks with target languages, which of
-        their languages are sources (trained on) and which targets (never trained on)."""
-        roles = {
-            name: {"source": [lang for lang in td.languages if lang not in td.targets], "target": td.targets}
-            for name, td in self.data.tasks.items()
-            if td.targets
-        }
-        return {"step": self.step, **result.metrics, **({"languages": roles} if roles else {})}
-
     def _finish(self, final: Evaluation) -> None:
         cfg = self.config
-        for (task, lang), rows in final.predictions.items():
-            # every name-built path goes through inside(): it cannot leave the run directory
-            path = inside(self.run_dir, "predictions", cfg.evaluation.split, task, f"{lang}.jsonl")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("w", encoding="utf-8") as handle:
-                handle.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-        write_json(self.run_dir / "metrics.json", self._metrics_json(final))
+        write_predictions(self.run_dir, cfg.evaluation.split, final.predictions)
+        write_json(self.run_dir / "metrics.json", metrics_record(self.step, final.metrics, self.data))
         objectives = [
             {"name": unit.key, "examples": len(self.data.train_dataset(i)), "probability": float(self.mix[i])}
             for i, unit in enumerate(self.data.train_units)

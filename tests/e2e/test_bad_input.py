@@ -49,6 +49,9 @@ SENT_RUN = [
     "data.sources.my/sent={tmp}/data/{{name}}/{{split}}.jsonl",
 ]
 ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a]\nweighting: {options: {foo: *b}}\n"
+# a run folder as far as predict and evaluate read it before loading a model: its config
+RUN_OF_XNLI = "data:\n  tasks: [{name: xnli}]\n"
+PREMISES = '{"premise": "a dog sleeps"}\n'
 FOREIGN = {"keep/config.yaml": "mine: true\n", "keep/precious.txt": "do not delete\n"}
 
 # id: (argv, files to create under {tmp} first, a fragment the error line must hold)
@@ -227,6 +230,40 @@ FAST = {
         [*BASE, "model.backbone=nobody/no-such-model"],
         {},
         "not in the Hugging Face cache while the Hub is offline",
+    ),
+    # using a finished run (issue 31): refused from the run's config.yaml and the input's columns, before any model
+    "predict-not-a-run": (
+        ["predict", "--run", "{tmp}/keep", "--task", "xnli", "--input", "{tmp}/in.jsonl", "--out", "{tmp}/p.jsonl"],
+        FOREIGN,
+        "keep/config.yaml: ",
+    ),
+    "predict-unknown-task": (
+        ["predict", "--run", "{tmp}/run", "--task", "nli", "--input", "{tmp}/in.jsonl", "--out", "{tmp}/p.jsonl"],
+        {"run/config.yaml": RUN_OF_XNLI, "in.jsonl": PREMISES},
+        "task 'nli' is not a task of this run; its tasks: xnli",
+    ),
+    "predict-missing-columns": (
+        ["predict", "--run", "{tmp}/run", "--task", "xnli", "--input", "{tmp}/in.jsonl", "--out", "{tmp}/p.jsonl"],
+        {"run/config.yaml": RUN_OF_XNLI, "in.jsonl": PREMISES},
+        "in.jsonl: missing column(s) hypothesis needed by task 'xnli' (sequence_classification: reads premise, "
+        "hypothesis); it has: premise",
+    ),
+    "predict-no-input": (["predict", "--run", "{tmp}", "--task", "xnli", "--out", "{tmp}/p.jsonl"], {}, "--input"),
+    "evaluate-not-a-run": (["evaluate", "--run", "{tmp}/keep", "--out", "{tmp}/out"], FOREIGN, "keep/config.yaml: "),
+    "evaluate-trained-key": (
+        ["evaluate", "--run", "{tmp}/run", "--out", "{tmp}/out", "model.adapter.method=lora"],
+        {"run/config.yaml": RUN_OF_XNLI},
+        "run.py evaluate takes data.* and evaluation.* overrides (what is evaluated); other keys describe what was",
+    ),
+    "evaluate-bad-override": (
+        ["evaluate", "--run", "{tmp}/run", "--out", "{tmp}/out", "data.tasks.0.languages=[en,xx]"],
+        {"run/config.yaml": RUN_OF_XNLI},
+        "has no language(s) xx",
+    ),
+    "evaluate-out-in-run": (
+        ["evaluate", "--run", "{tmp}/run", "--out", "{tmp}/run/evaluation"],
+        {"run/config.yaml": RUN_OF_XNLI},
+        "is inside the run folder",
     ),
     "probe-bad-gamma": (["probe", "--checkpoint", "{tmp}", "--gamma", "abc"], {}, "--gamma"),
     "probe-no-gamma": (["probe", "--checkpoint", "{tmp}"], {}, "--gamma"),

@@ -11,9 +11,12 @@ import yaml
 from safetensors.torch import load_file
 from transformers import AutoModel, AutoTokenizer
 
+from mtft.api.run import load_run as load_trained_run
+from mtft.api.run import read_input
+from mtft.commands.export import export_run
 from mtft.tasks.kinds import build_head
 from mtft.training.restore import load_run
-from tests.conftest import BASE_CONFIG, base_overrides, run_cli
+from tests.conftest import BASE_CONFIG, base_overrides, read_jsonl, run_cli
 from tests.e2e.test_distributed import second_task
 
 TEXTS = [("Der Hund schläft nicht.", "Ein Tier ruht."), ("the cat is awake", "a cat sleeps"), ("x", "y z")]
@@ -21,11 +24,12 @@ TEXTS = [("Der Hund schläft nicht.", "Ein Tier ruht."), ("the cat is awake", "a
 
 @pytest.fixture(scope="module")
 def trained_runs(tmp_path_factory):
-    """A short two-task run per method (B's trained away from zero)."""
+    """A short two-task run per method (B's trained away from zero); the head-only run is predicted only (issue 31:
+    predict reproduces each adapter method's predictions; full fine-tuning's is tests/e2e/test_predict.py's run)."""
     root = tmp_path_factory.mktemp("export")
     second_task(root / "tasks")
     runs = {}
-    for method in ("multi_lora", "lora"):
+    for method in ("multi_lora", "lora", "head"):
         out = root / method
         result = run_cli(
             "--config",
@@ -101,3 +105,36 @@ def test_export_refuses_bad_input_and_writes_nothing(trained_runs, tmp_path):
     assert not (tmp_path / "x").exists()
     result = run_cli("export", "--out", str(tmp_path / "x"))
     assert result.returncode == 2 and "--run" in result.stderr
+
+
+@pytest.mark.parametrize("method", ["multi_lora", "lora", "head"])
+def test_predict_reproduces_the_runs_predictions(trained_runs, method):
+    """Each row goes through its task's adapter (Multi-LoRA: the task's B): both tasks read the same XNLI rows."""
+    _, runs = trained_runs
+    trained = load_trained_run(runs[method], "latest")  # the weights the run's final evaluation used
+    for task, languages in (("xnli", ["en", "de"]), ("nli_copy", ["sw", "ru"])):
+        for language in languages:
+            rows, where = read_input(trained.config, task, "facebook/xnli", "validation", language)
+            predicted = trained.predict(task, rows.select(range(16)), language, where=where)
+            expected = read_jsonl(runs[method] / "predictions/validation" / task / f"{language}.jsonl")
+            assert [{"id": r["id"], "prediction": r["prediction"]} for r in predicted] == expected, (task, language)
+
+
+def test_merged_export_gives_mtfts_logits_through_transformers(trained_runs):
+    root, runs = trained_runs
+    out = root / "merged-multi_lora"
+    assert export_run(runs["multi_lora"], out, merge=True) == [out / "xnli", out / "nli_copy"]
+    run = load_run(runs["multi_lora"])
+    logits = []
+    for task in ("xnli", "nli_copy"):
+        tokenizer = AutoTokenizer.from_pretrained(str(out / task))
+        enc = tokenizer([p for p, _ in TEXTS], [h for _, h in TEXTS], padding=True, return_tensors="pt")
+        encoder = AutoModel.from_pretrained(str(out / task)).eval()  # a plain encoder: no PEFT, no LoRA layer
+        assert not any("lora" in name for name in encoder.state_dict())
+        meta = json.loads((out / task / "head.json").read_text())
+        head = build_head(meta["kind"], meta["hidden_size"], meta["label_names"], 0.0).eval()
+        head.load_state_dict(load_file(str(out / task / "head.safetensors")))
+        with torch.no_grad():
+            logits.append(head.logits(encoder(**enc).last_hidden_state))
+        ours = run.model.predict_logits(task, enc["input_ids"], enc["attention_mask"])
+        torch.testing.assert_close(logits[-1], ours, atol=1e-5, rtol=0)

@@ -1,0 +1,116 @@
+"""Evaluate a finished run without training: its model on other languages, splits, data or sources.
+
+The run's config is read with ``data.*`` and ``evaluation.*`` overrides (what is evaluated, never what was
+trained), its data prepared as a run prepares it -- with the run's own tokenizer -- and scored by the run's own
+evaluation (:func:`mtft.evaluation.evaluate.evaluate`, with the majority-class baseline), so that the same
+languages give the run's ``metrics.json``. The result is a folder of its own, written whole or not at all:
+``metrics.json``, ``predictions/<split>/<task>/<language>.jsonl``, ``report.md`` and the ``config.yaml`` evaluated.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional, Sequence
+
+import datasets
+
+from mtft.api.run import TrainedRun, load_run
+from mtft.config import config_to_yaml, load_config
+from mtft.config.schema import RunConfig
+from mtft.core.atomic import AtomicFolder, write_json, write_text
+from mtft.core.errors import CheckpointError, ConfigError, DataError, UserError
+from mtft.data.batching import BatchBuilder
+from mtft.data.pipeline import PreparedData, prepare_data
+from mtft.data.selection import select_tasks
+from mtft.evaluation.evaluate import Evaluation, evaluate, metrics_record, write_predictions
+from mtft.evaluation.majority import majority_baselines
+from mtft.reporting.report import write_report
+from mtft.training.restore import find_run_dir
+
+OVERRIDABLE = ("data.", "evaluation.")  # what is evaluated; anything else would change what was trained
+
+
+def evaluation_config(run_dir: Path, overrides: Sequence[str]) -> RunConfig:
+    """The run's config with ``overrides`` (``data.*`` and ``evaluation.*`` keys only) applied and validated."""
+    for item in overrides:
+        if not item.startswith(OVERRIDABLE):
+            raise ConfigError(
+                f"override {item!r}: run.py evaluate takes data.* and evaluation.* overrides (what is evaluated); "
+                "other keys describe what was trained"
+            )
+    root, _ = find_run_dir(run_dir)
+    try:
+        config = load_config(root / "config.yaml", overrides)
+    except UserError as error:
+        raise ConfigError(f"{root}/config.yaml: {error}") from None
+    select_tasks(config)  # unknown tasks, languages or settings: refused before any data or model loads
+    return config
+
+
+def evaluate_run(
+    run_dir: Path, out: Path, overrides: Sequence[str] = (), checkpoint: Optional[str] = None
+) -> Evaluation:
+    """Evaluate ``run_dir`` (at ``checkpoint``, see :func:`mtft.api.load_run`) as ``overrides`` say; write it to
+    ``out``, which must not exist or be empty and may not lie inside the run folder."""
+    config = evaluation_config(run_dir, overrides)
+    AtomicFolder(out).check()
+    run = load_run(run_dir, checkpoint)
+    datasets.disable_progress_bars()
+    data = prepare_data(config, lambda texts: run.loaded.tokenizer)
+    _route_like_the_run(data, run)
+    result = evaluate(run.loaded.model, data, BatchBuilder(data), config.evaluation.batch_size, "cpu")
+    result.metrics.update(majority_baselines(data))
+    step = checkpoint_step(run.loaded.checkpoint)
+    with AtomicFolder(out).writing(kind="evaluation", run=str(run.run_dir.resolve())) as partial:
+        write_predictions(partial, config.evaluation.split, result.predictions)
+        write_json(partial / "metrics.json", metrics_record(step, result.metrics, data))
+        write_text(partial / "config.yaml", config_to_yaml(config))
+        setup = [
+            ("run", str(run.run_dir)),
+            ("checkpoint", f"{run.loaded.checkpoint.name} (step {step})"),
+            ("backbone", config.model.backbone),
+            ("method", config.model.adapter.method),
+            ("evaluation split", config.evaluation.split),
+        ]
+        write_report(
+            partial,
+            f"{config.run.name} evaluated",
+            setup,
+            [],
+            result.metrics,
+            None,
+            {name: list(td.task.metrics) for name, td in data.tasks.items()},
+            {name: td.languages for name, td in data.tasks.items()},
+            variants={name: td.task.metric_description() for name, td in data.tasks.items()},
+            targets={name: td.targets for name, td in data.tasks.items()},
+        )
+    return result
+
+
+def _route_like_the_run(data: PreparedData, run: TrainedRun) -> None:
+    """Every head the evaluation needs is one the run trained, with its label names; rows are routed to the run's
+    own objectives (an evaluation that adds a language trains none, so the data's objective list is not the run's)."""
+    heads = run.loaded.heads
+    for name in data.head_tasks():
+        if name not in heads:
+            raise ConfigError(f"task {name!r} has no head in the run {run.run_dir}; its tasks: {', '.join(heads)}")
+        if list(heads[name]["label_names"]) != list(data.tasks[name].label_names):
+            raise DataError(
+                f"task {name!r}: the data's label names {data.tasks[name].label_names} are not those the run "
+                f"trained, {heads[name]['label_names']}"
+            )
+    objectives = run.loaded.objectives
+    data.eval_objective = {
+        key: objectives.index(data.objective_names[index])
+        for key, index in data.eval_objective.items()
+        if data.objective_names[index] in objectives
+    }
+
+
+def checkpoint_step(checkpoint: Path) -> Optional[int]:
+    """The training step of ``checkpoint``'s weights (a training checkpoint's state, or best/'s metrics)."""
+    for name in ("trainer_state.json", "metrics.json"):
+        if (checkpoint / name).is_file():
+            return json.loads((checkpoint / name).read_text()).get("step")
+    raise CheckpointError(f"{checkpoint}: no trainer_state.json or metrics.json to read its step from")

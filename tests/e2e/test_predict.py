@@ -1,0 +1,143 @@
+"""Using a finished run (issue 31): ``run.py predict`` and ``mtft.api`` reproduce the run's prediction files for
+every task kind, ``run.py evaluate`` its metrics.json and a language it never saw, ``run.py export`` of full
+fine-tuning the run's logits through plain ``transformers``, and the README's API example runs.
+
+One short run (6 steps, full fine-tuning of the tiny encoder) holds a task of every kind: XNLI (classification),
+WikiANN (tokens), TyDiQA (extractive QA; sw zero-shot), STS-B (regression) and COPA (multiple choice). Everything
+else runs in this process or as one ``run.py`` call each; the adapter methods are covered in test_export.py on
+its runs."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModel, AutoTokenizer
+
+from mtft.api import load_run
+from mtft.commands import run_command
+from mtft.commands.export import export_run
+from mtft.tasks.kinds import build_head
+from tests.conftest import BASE_CONFIG, REPO, base_overrides, read_jsonl, run_cli
+
+SOURCES = {
+    "unimelb-nlp/wikiann": "tasks/wikiann/fixtures/wikiann",
+    "google-research-datasets/tydiqa": "tasks/tydiqa/fixtures/tydiqa",
+    "facebook/xnli": "tasks/xnli/fixtures/xnli",
+    "nyu-mll/multi_nli": "tasks/xnli/fixtures/multi_nli",
+    "nyu-mll/glue": "tasks/glue/fixtures/glue",
+    "aps/super_glue": "tasks/super_glue/fixtures/super_glue",
+}
+TASKS = [
+    {"name": "xnli", "languages": ["en", "de"], "protocol": "in_language", "max_train_examples": 48},
+    {"name": "wikiann", "languages": ["en"], "protocol": "in_language", "max_train_examples": 48},
+    {
+        "name": "tydiqa",
+        "languages": ["en", "sw"],
+        "protocol": "zero_shot",
+        "max_train_examples": 48,
+        "max_length": 48,
+        "settings": {"doc_stride": 16, "max_question_tokens": 12},
+    },
+    {"name": "glue_stsb", "max_train_examples": 48},
+    {"name": "superglue_copa", "max_train_examples": 48},
+]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("predict") / "run"
+    extra = {
+        "data.tasks": TASKS,
+        "data.sources": SOURCES,
+        "data.max_length": 48,
+        "weighting.method": "mean",
+        "training.micro_batch_size": 16,
+        "evaluation.every_steps": None,
+        "checkpointing.every_steps": None,
+    }
+    result = run_cli("--config", BASE_CONFIG, *base_overrides(out, 6, **extra))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
+def test_predict_reproduces_the_runs_predictions_for_every_task_kind(run):
+    trained = load_run(run)  # best/: the final step's weights (the run evaluates once, at its end)
+    hub = {"xnli": "facebook/xnli", "wikiann": "unimelb-nlp/wikiann", "tydiqa": "google-research-datasets/tydiqa"}
+    hub |= {"glue_stsb": "nyu-mll/glue", "superglue_copa": "aps/super_glue"}
+    for spec in TASKS:
+        task = spec["name"]
+        for language in spec.get("languages", ["en"]):
+            rows = trained.predict_input(task, hub[task], language, split="validation")
+            expected = read_jsonl(run / "predictions/validation" / task / f"{language}.jsonl")
+            assert [{"id": r["id"], "prediction": r["prediction"]} for r in rows] == expected, (task, language)
+            if task in ("xnli", "superglue_copa"):
+                chosen = [max(r["probabilities"], key=r["probabilities"].get) for r in rows]
+                assert chosen == [r["prediction"] for r in rows]
+                assert all(abs(sum(r["probabilities"].values()) - 1) < 1e-5 for r in rows)
+            if task == "wikiann":
+                assert any(r["entities"] for r in rows)
+
+
+def test_predict_command_on_an_unlabelled_file_in_an_untrained_language(run, tmp_path):
+    """(A file whose columns do not fit is refused before the model loads: tests/e2e/test_bad_input.py FAST.)"""
+    rows = [{"premise": "Le chien dort.", "hypothesis": "Un animal se repose."}, {"premise": "x", "hypothesis": "y"}]
+    (tmp_path / "fr.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    out = tmp_path / "fr-predictions.jsonl"
+    argv = ["predict", "--run", str(run), "--task", "xnli", "--language", "fr", "--input", str(tmp_path / "fr.jsonl")]
+    result = run_cli(*argv, "--out", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    predicted = read_jsonl(out)
+    assert [r["id"] for r in predicted] == ["0", "1"] and "predict xnli" in result.stderr  # the progress bar
+    assert all(r["prediction"] in ("entailment", "neutral", "contradiction") for r in predicted)
+    # the same rows through the API give the same predictions
+    assert load_run(run).predict("xnli", rows, language="fr") == predicted
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fr-predictions.jsonl", "fr.jsonl"]  # no .tmp left
+
+
+def test_evaluate_reproduces_metrics_and_scores_a_language_never_trained_on(run, tmp_path):
+    assert run_command("evaluate", ["--run", str(run), "--out", str(tmp_path / "same")]) == 0
+    assert json.loads((tmp_path / "same/metrics.json").read_text()) == json.loads((run / "metrics.json").read_text())
+    for file in (run / "predictions").rglob("*.jsonl"):
+        assert (tmp_path / "same" / file.relative_to(run)).read_text() == file.read_text()
+    assert "### superglue_copa" in (tmp_path / "same/report.md").read_text()
+    # TyDiQA's Arabic and Finnish were never trained on (zero-shot from English) nor evaluated by the run
+    override = "data.tasks.2.languages=[en,ar,fi]"
+    assert run_command("evaluate", ["--run", str(run), "--out", str(tmp_path / "new"), override]) == 0
+    metrics = json.loads((tmp_path / "new/metrics.json").read_text())
+    assert {"tydiqa/ar/f1", "tydiqa/fi/exact_match"} <= set(metrics) and "tydiqa/sw/f1" not in metrics
+    assert metrics["tydiqa/en/f1"] == json.loads((run / "metrics.json").read_text())["tydiqa/en/f1"]
+    assert (tmp_path / "new/predictions/validation/tydiqa/ar.jsonl").is_file()
+    assert not (run / "predictions/validation/tydiqa/ar.jsonl").exists()  # nothing written into the run
+
+
+def test_full_fine_tuning_export_gives_the_runs_logits_through_transformers(run, tmp_path):
+    out = tmp_path / "exported"
+    export_run(run, out)
+    trained = load_run(run).loaded
+    tokenizer = AutoTokenizer.from_pretrained(str(out / "encoder"))
+    encoder = AutoModel.from_pretrained(str(out / "encoder")).eval()
+    assert type(encoder) is type(trained.model.encoder)
+    enc = tokenizer(["Der Hund schläft nicht.", "the cat is awake"], ["Ein Tier ruht.", "a cat"], padding=True)
+    enc = {k: torch.tensor(v) for k, v in enc.items()}
+    for task in ("xnli", "wikiann", "tydiqa", "glue_stsb"):
+        meta = json.loads((out / task / "head.json").read_text())
+        head = build_head(meta["kind"], meta["hidden_size"], meta["label_names"], 0.0).eval()
+        head.load_state_dict(load_file(str(out / task / "head.safetensors")))
+        with torch.no_grad():
+            hidden = encoder(**enc).last_hidden_state
+            theirs = head.logits(hidden, attention_mask=enc["attention_mask"])
+            ours = trained.model.predict_logits(task, enc["input_ids"], enc["attention_mask"])
+        torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=0)
+
+
+def test_the_readmes_api_example_runs(run, capsys):
+    readme = (REPO / "README.md").read_text()
+    code = re.search(r"<!-- api-example -->\n```python\n(.*?)```", readme, re.S).group(1)
+    exec(code.replace('"runs/demo"', repr(str(run))), {})
+    label, probabilities = capsys.readouterr().out.split(" ", 1)
+    assert label in ("entailment", "neutral", "contradiction") and label in probabilities
