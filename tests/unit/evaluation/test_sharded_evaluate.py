@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from mtft.config import validate_config
 from mtft.data.batching import BatchBuilder
@@ -20,6 +19,7 @@ from mtft.evaluation.evaluate import decoded_rows, evaluate
 from mtft.models.tokenizer import tiny_tokenizer
 from mtft.training.setup import build_model
 from tests.conftest import REPO
+from tests.launch import run_ranks
 
 WORLD = 2
 BATCH = 4
@@ -108,7 +108,7 @@ def test_two_gloo_ranks_evaluate_exactly_like_one_process():
     assert counts["tydiqa", "en"] > 1
     predictions = evaluate(build_model(config(), data), data, builder, BATCH, "cpu").predictions
     assert len({str(row["prediction"]) for row in predictions["tydiqa", "en"]}) > 1  # order shows in the result
-    mp.spawn(_worker, args=(_free_port(),), nprocs=WORLD, join=True)
+    run_ranks(_worker, (_free_port(),), WORLD)
 
 
 def _free_port() -> int:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from mtft.forgetting.corpus import build_eval_set
 from mtft.forgetting.mlm import lp_per_language
+from tests.launch import run_ranks
 from tests.unit.forgetting.test_forgetting import corpus_config, tiny_mlm
 
 WORLD = 2
@@ -50,4 +50,4 @@ def test_two_gloo_ranks_share_the_lp_batches_and_get_one_process_sums(tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    mp.spawn(_worker, args=(port, str(tmp_path), eval_set), nprocs=WORLD, join=True)
+    run_ranks(_worker, (port, str(tmp_path), eval_set), WORLD)

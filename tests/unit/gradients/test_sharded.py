@@ -9,11 +9,11 @@ import socket
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from torch import nn
 
 from mtft.core.rows import labelled_rows
 from mtft.gradients import PerObjectiveGradients, ShardedGradients
+from tests.launch import run_ranks
 
 OBJECTIVES = 4  # the last is absent from every rank's rows: its shard stays zero
 WORLD = 2
@@ -190,7 +190,7 @@ def _free_port() -> int:
 @pytest.mark.timeout(180)
 def test_two_gloo_ranks_shard_the_gram_combination_and_dot_products_exactly():
     """A failed assertion in either rank raises here with its traceback; a hung collective fails the timeout."""
-    mp.spawn(_worker, args=(_free_port(),), nprocs=WORLD, join=True)
+    run_ranks(_worker, (_free_port(),), WORLD)
 
 
 def _contribution_worker(rank: int, port: int, world: int) -> None:
@@ -241,7 +241,7 @@ def _check_contribution(rank: int, world: int) -> None:
 def test_the_engines_average_of_the_contributions_is_the_combination(world: int):
     """Each coordinate of the contributions is non-zero on one rank at most (the row-sparse weights' on rank 0), so
     the sum over ranks is exact in any order, on four ranks as on two; only the 1/N scaling can round."""
-    mp.spawn(_contribution_worker, args=(_free_port(), world), nprocs=world, join=True)
+    run_ranks(_contribution_worker, (_free_port(), world), world)
 
 
 def test_a_collector_holding_its_dense_gradients_is_refused():
