@@ -158,17 +158,17 @@ def test_lfmlf_floor_and_normalize_load_from_the_config(monkeypatch):
 @pytest.mark.parametrize(
     "options, expected",
     [
-        ("{floor: 1.5}", "floor must be in [0, 1] (each weight is kept ≥ floor/T), got 1.5"),
-        ("{floor: .nan}", "floor must be in [0, 1] (each weight is kept ≥ floor/T), got nan"),
-        ("{floor: high}", "floor must be a number in [0, 1], got 'high'"),
-        ("{normalize: l1}", "lfmlf normalize must be one of none, l2, loss, loss+, got 'l1'"),
+        ("{floor: 1.5}", "option 'floor': Input should be less than or equal to 1 (got 1.5)"),
+        ("{floor: .nan}", "option 'floor': Input should be a finite number (got nan)"),
+        ("{floor: high}", "option 'floor': Input should be a valid number, unable to parse string as a number"),
+        ("{normalize: l1}", "option 'normalize': Input should be 'none', 'l2', 'loss' or 'loss+' (got 'l1')"),
     ],
 )
 def test_bad_lfmlf_options_are_one_line(monkeypatch, options, expected):
     with pytest.raises(ConfigError) as info:
         _load(monkeypatch, "weighting.method=lfmlf", f"weighting.options={options}")
     message = str(info.value)
-    assert "do not fit weighting 'lfmlf'" in message and expected in message and "\n" not in message
+    assert "weighting.options: weighting 'lfmlf', " in message and expected in message and "\n" not in message
 
 
 def test_register_weighting_makes_a_name(user_module, restored_registry, monkeypatch):
