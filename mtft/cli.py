@@ -72,14 +72,14 @@ def main(argv: list[str]) -> int:
 
         prefetch(config)
         return 0
-    if config.run.stage == "pretrain":
-        from mtft.training.pretrain import PretrainRun
+    with _locked(config.run.output_dir):  # a pre-training run's directory as a fine-tuning run's
+        if config.run.stage == "pretrain":
+            from mtft.training.pretrain import PretrainRun
 
-        PretrainRun(config).execute()
-        return 0
-    from mtft.training.trainer import Run  # heavy imports only when training
+            PretrainRun(config).execute()
+            return 0
+        from mtft.training.trainer import Run  # heavy imports only when training
 
-    with _locked(config.run.output_dir):
         Run(config).execute()
     return 0
 

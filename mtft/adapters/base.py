@@ -22,13 +22,13 @@ Methods register with :func:`register_method`; :func:`get_method` also loads a u
 
 from __future__ import annotations
 
-import importlib
 from typing import ClassVar, ContextManager, Optional, Protocol, Sequence, Union
 
 import torch
 from torch import nn
 
 from mtft.core.errors import CheckpointError, ConfigError
+from mtft.core.registry import Registry
 
 
 class AdapterOptions(Protocol):
@@ -168,39 +168,19 @@ class AdapterMethod:
         raise CheckpointError(f"model.adapter.method={self.options.method} has no LoRA adapters to export")
 
 
-METHODS: dict[str, type[AdapterMethod]] = {}
+METHODS: Registry[AdapterMethod] = Registry("adapter method", AdapterMethod)
 
 
 def register_method(cls: type[AdapterMethod]) -> type[AdapterMethod]:
-    """Class decorator: make ``cls`` selectable as ``model.adapter.method: <cls.name>``."""
-    METHODS[cls.name] = cls
-    return cls
+    """Class decorator: make ``cls`` selectable as ``model.adapter.method: <cls.name>`` (a name taken by another
+    class is refused)."""
+    return METHODS.register(cls)
 
 
 def get_method(name: str) -> type[AdapterMethod]:
     """The class named by ``model.adapter.method``: a registered name, or ``module:Class`` for a method of
     one's own (an importable module, a subclass of :class:`AdapterMethod`). ValueError naming the choices."""
-    if name in METHODS:
-        return METHODS[name]
-    valid = f"valid choices: {', '.join(sorted(METHODS))}, or a module:Class"
-    module_name, sep, class_name = name.partition(":")
-    if not sep:
-        raise ValueError(f"unknown adapter method {name!r}; {valid}")
-    if not module_name or not class_name:
-        raise ValueError(f"adapter method {name!r} is not of the form module:Class; {valid}")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ValueError(f"adapter method {name!r}: cannot import {module_name} ({error}); {valid}") from None
-    cls = getattr(module, class_name, None)
-    if cls is None:
-        raise ValueError(f"adapter method {name!r}: {module_name} has no {class_name}; {valid}")
-    if not (isinstance(cls, type) and issubclass(cls, AdapterMethod)):
-        raise ValueError(
-            f"adapter method {name!r}: {module_name}.{class_name} is not a subclass of "
-            f"mtft.adapters.AdapterMethod; {valid}"
-        )
-    return cls
+    return METHODS.get(name)
 
 
 def build_method(options: AdapterOptions) -> AdapterMethod:

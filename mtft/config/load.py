@@ -9,7 +9,7 @@ from typing import Any, Iterable, Iterator
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from mtft.config.schema import RunConfig
+from mtft.config.schema import RunConfig, WeightingSection
 from mtft.core.errors import ConfigError, echo, shorten
 from mtft.core.safe_yaml import load_yaml, read_text
 
@@ -18,12 +18,29 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> RunConfig:
     """Load ``path``, apply ``overrides`` (``a.b.c=value``, value parsed as YAML) and validate."""
     path = Path(path)
     raw = read_yaml_mapping(path)
+    parsed = [parse_override(item) for item in overrides]
+    options_follow_method(raw, parsed)
     overridden = set()
-    for item in overrides:
-        key, value = parse_override(item)
+    for key, value in parsed:
         set_dotted(raw, key, value)
         overridden.add(key)
     return validate_config(raw, source=str(path), overridden=overridden)
+
+
+def options_follow_method(raw: dict[str, Any], overrides: list[tuple[str, Any]]) -> None:
+    """Drop the file's ``weighting.options`` when the overrides switch ``weighting.method`` to another method.
+
+    Options are the keyword arguments of one weighting, so those written in the file belong to the file's method:
+    ``weighting.method=mean`` on the command line of a config written for ``lfmlf`` with ``{floor: 0.3}`` trains
+    with mean and no options, instead of refusing the floor. Options given on the command line are kept (and
+    checked against the new method: one the new method does not take is named in the error)."""
+    methods = [value for key, value in overrides if key == "weighting.method"]
+    section = raw.get("weighting")
+    if methods and isinstance(section, dict) and methods[-1] != section.get("method", DEFAULT_WEIGHTING):
+        section.pop("options", None)
+
+
+DEFAULT_WEIGHTING = WeightingSection.model_fields["method"].default
 
 
 def read_yaml_mapping(path: Path) -> dict[str, Any]:
@@ -142,6 +159,9 @@ def iter_options(model: type[BaseModel] = RunConfig, prefix: str = "") -> Iterat
             continue
         default = "required" if field.is_required() else field.get_default(call_default_factory=True)
         yield key, _type_name(field.annotation), default, field.description or ""
+        nested = getattr(model, "nested_help", None)  # keys inside a mapping whose schema depends on another key
+        for option, annotation, option_default, description in nested(name) if nested else []:
+            yield f"{key}.{option}", _type_name(annotation), option_default, description
 
 
 def _type_name(annotation: Any) -> str:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from mtft.core.errors import echo, shorten
+from mtft.core.errors import shorten
 from mtft.core.paths import name_value
 
 
@@ -276,8 +276,10 @@ class WeightingSection(Section):
     )
     options: dict[str, Any] = Field(
         default_factory=dict,
-        description="Keyword arguments of the weighting class's constructor, e.g. {solver: cvxpy} for lfmlf, "
-        "{c: 0.4} for cagrad.",
+        description="The options of the chosen weighting (its constructor's keyword arguments), e.g. {floor: 0.3} "
+        "for lfmlf, {c: 0.4} for cagrad; each weighting's are listed below as weighting.options.<name>. Options "
+        "written in the config file belong to its weighting.method: a command line that switches the method "
+        "drops them (give the new method's own as weighting.options.<name>=...).",
     )
     stationarity_eps: Optional[float] = Field(
         None,
@@ -318,18 +320,36 @@ class WeightingSection(Section):
         weighting_class(value)  # ValueError naming the valid choices
         return value
 
-    @model_validator(mode="after")
-    def _options_accepted(self) -> "WeightingSection":
-        from mtft.weighting import weighting_class
+    @field_validator("options")
+    @classmethod
+    def _options_of_the_method(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        """The options, typed by the chosen weighting's Options model (method is validated first)."""
+        from mtft.weighting import weighting_options
 
+        method = info.data.get("method")
+        if method is None:  # the method itself is refused: that error is the one reported
+            return value
         try:
-            weighting_class(self.method)(**self.options)
+            return weighting_options(method, value)
         except (TypeError, ValueError) as error:
-            raise ValueError(
-                f"options {echo(self.options)} do not fit weighting {self.method!r}: {shorten(str(error))} "
-                "(changing weighting.method, set weighting.options={} or its own options)"
-            ) from None
-        return self
+            raise ValueError(shorten(str(error))) from None
+
+    @classmethod
+    def nested_help(cls, name: str) -> list[tuple[str, Any, Any, str]]:
+        """(key, type annotation, default, help) of the keys inside field ``name``, for ``--help``: every built-in
+        weighting's options."""
+        from mtft.weighting import WEIGHTINGS
+
+        if name != "options":
+            return []
+        lines = []
+        for method, weighting in WEIGHTINGS.items():
+            for option, field in (weighting.Options.model_fields if weighting.Options else {}).items():
+                lines.append((option, method, field))
+        return [
+            (option, field.annotation, field.default, f"({method}) {field.description or ''}")
+            for option, method, field in lines
+        ]
 
     @model_validator(mode="after")
     def _metric_needs_gram(self) -> "WeightingSection":

@@ -3,13 +3,10 @@
 Every example belongs to exactly one objective, and an encoder never mixes examples (attention, layer norm
 and feed-forward layers all act within one sequence). So the gradient of the summed loss with respect to a
 layer's *output* for example n is the gradient of n's own objective alone, and the gradient of objective t
-with respect to a weight is the sum, over t's examples, of the usual per-example products:
-
-    Linear:     ∂L_t/∂W = Σ_{n∈t} δ_nᵀ x_n          ∂L_t/∂b = Σ_{n∈t} δ_n
-    Embedding:  ∂L_t/∂E[i] = Σ_{n∈t, positions with id i} δ_n     (the padding row gets none)
-    LayerNorm:  ∂L_t/∂γ = Σ_{n∈t} δ_n ⊙ x̂_n        ∂L_t/∂β = Σ_{n∈t} δ_n
-    Multi-LoRA: ∂L_t/∂B[j] = Σ_{n∈t, slot(n)=j} δ_nᵀ (A·x_n)       (A frozen; only the rows' own B's)
-    MHLoss:     ∂L_t/∂W[h] = Σ_{n∈t} δ_{h,n}ᵀ x_n    (H heads on one input; δ_h: the gradient of head h's output)
+with respect to a weight is the sum, over t's examples, of the usual per-example products (for a Linear layer
+∂L_t/∂W = Σ_{n∈t} δ_nᵀ x_n). Which products a layer has is its own business (:mod:`mtft.gradients.layers`: the
+rules of torch's Linear, Embedding and LayerNorm there; any other layer provides its own, e.g. Multi-LoRA's routed
+B's, ∂L_t/∂B[j] = Σ_{n∈t, slot(n)=j} δ_nᵀ (A·x_n), or the MHLoss heads').
 
 Forward hooks keep each layer's input; a hook on its output receives δ during the backward pass of
 Σ_t sum_t; the products are summed per objective into a (T, *shape) buffer per parameter (written in place,
@@ -23,27 +20,18 @@ gradient per *example*; summing per objective inside the hook is what makes this
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Optional, Protocol, Sequence, Union, cast
+from typing import Any, Iterator, Optional, Protocol, cast
 
 import torch
 from torch import nn
 
-from mtft.adapters.multi_lora.layer import RoutedLoraB
 from mtft.core.rows import row_labels
+from mtft.gradients.layers import Rule, Segments
 from mtft.gradients.row_sparse import RowSparseBuffer
 from mtft.gradients.shapes import full_numel, full_shape
-from mtft.models.multihead import MultiLinear
 
-SUPPORTED = (nn.Linear, nn.Embedding, nn.LayerNorm, RoutedLoraB, MultiLinear)
-# Parameters whose gradient touches only some rows of the first dimension: an embedding's looked-up tokens, the
-# B's of the Multi-LoRA slots in the batch. Their buffers are cleared, reduced to a Gram and combined over the
-# touched rows only -- for Multi-LoRA this makes G block-diagonal across tasks, as the B's of different tasks
-# are disjoint parameters.
-ROW_SPARSE = (nn.Embedding, RoutedLoraB)
 # Columns of the buffers scaled at a time when a Gram is formed in a metric (bounds the scaled copy to T × this).
 METRIC_CHUNK = 1 << 20
-# (objective, its rows): a slice when the batch is sorted by objective, else an index tensor.
-Segments = Sequence[tuple[int, Union[slice, torch.Tensor]]]
 
 
 class GradientSink(Protocol):
@@ -77,23 +65,32 @@ class PerObjectiveGradients:
         self.num_objectives = num_objectives
         self.names: dict[nn.Parameter, str] = {}
         self.modules: list[nn.Module] = []
+        self.rules: dict[nn.Module, Rule] = {}
         unsupported = []
         for module_name, module in model.named_modules():
             own = [(n, p) for n, p in module.named_parameters(recurse=False) if p.requires_grad]
             if not own:
                 continue
-            if not isinstance(module, SUPPORTED):
+            rule = Rule(module)
+            if not rule.supported:
                 unsupported.append(f"{module_name} ({type(module).__name__})")
                 continue
             self.modules.append(module)
+            self.rules[module] = rule
             for n, p in own:
                 self.names[p] = f"{module_name}.{n}" if module_name else n
         if unsupported:
             raise ValueError(
-                "per-objective gradients cover Linear, Embedding and LayerNorm parameters; these modules hold "
-                f"other trainable parameters: {', '.join(unsupported)}"
+                "per-objective gradients cover Linear, Embedding and LayerNorm parameters and layers that compute "
+                "their own (mtft.gradients.layers.PerObjectiveLayer); these modules hold other trainable "
+                f"parameters: {', '.join(unsupported)}"
             )
-        self.embeddings = [p for p in self.names if self._is_row_sparse(p)]
+        # Parameters whose gradient touches only some rows of the first dimension (an embedding's looked-up tokens,
+        # the B's of the Multi-LoRA slots in the batch): their buffers are cleared, reduced to a Gram and combined
+        # over the touched rows only -- for Multi-LoRA this makes G block-diagonal across tasks, as the B's of
+        # different tasks are disjoint parameters.
+        row_sparse = {p for rule in self.rules.values() for p in rule.row_sparse()}
+        self.embeddings = [p for p in self.names if p in row_sparse]
         first = next(iter(self.names), None)
         self.dtype = dtype or (torch.float64 if first is not None and first.dtype == torch.float64 else torch.float32)
         dtype = self.dtype
@@ -118,9 +115,6 @@ class PerObjectiveGradients:
         # (parameter, objective) pairs written since zero(): the first write overwrites, later ones add, and
         # finalize() zeroes the rest -- cheaper than clearing all T × P floats every step.
         self._touched: set[tuple[int, int]] = set()
-
-    def _is_row_sparse(self, param: nn.Parameter) -> bool:
-        return any(isinstance(m, ROW_SPARSE) and m.weight is param for m in self.modules)
 
     # ------------------------------------------------------------------------------------------------
     def attach(self) -> "PerObjectiveGradients":
@@ -184,95 +178,32 @@ class PerObjectiveGradients:
     def _forward_hook(self, module: nn.Module, inputs: tuple[Any, ...], output: torch.Tensor) -> Optional[torch.Tensor]:
         if not self._active:
             return None
-        # a MultiLinear's per-head output is (H, rows, out): its rows are the second dimension
-        per_head = isinstance(module, MultiLinear) and output.dim() == inputs[0].dim() + 1
-        rows = row_labels("objective", type(module).__name__, output.shape[1 if per_head else 0])
+        rule = self.rules[module]
+        saved, dim = rule.saved(inputs, output)
+        rows = row_labels("objective", type(module).__name__, output.shape[dim])
         if not output.requires_grad:
             # Nothing upstream needs a gradient (frozen embeddings, detached parameters): make the output
             # a leaf so that the backward pass still brings this layer its output gradient.
             output = output.detach().requires_grad_(True)
-        saved, segments = inputs[0].detach(), _segments(rows)
-        if isinstance(module, RoutedLoraB):  # the slot of every row, besides A·x
-            saved = (saved, inputs[1].detach())
-        output.register_hook(lambda grad: self._accumulate(module, saved, segments, grad))
+        segments = _segments(rows)
+        output.register_hook(lambda grad: self._accumulate(rule, saved, segments, grad))
         if self.sink is not None:
             self.sink.forwarded(module, output)
         return output
 
     @torch.no_grad()
-    def _accumulate(self, module: nn.Module, x: Any, segments: Segments, grad: torch.Tensor) -> None:
-        """``x``: the layer's saved input, or (A·x, slots) for a :class:`RoutedLoraB`."""
-        self._products(module, x, segments, grad)
+    def _accumulate(self, rule: Rule, saved: Any, segments: Segments, grad: torch.Tensor) -> None:
+        """``saved``: what the layer's rule kept of its forward call (for most layers its input)."""
+        rule.products(saved, segments, grad, self)
         if self.sink is not None:
-            self.sink.accumulated(module)
+            self.sink.accumulated(rule.module)
 
-    def _products(self, module: nn.Module, x: Any, segments: Segments, grad: torch.Tensor) -> None:
-        if isinstance(module, nn.Linear):
-            self._linear(module, x, segments, grad)
-        elif isinstance(module, MultiLinear):
-            self._multi_linear(module, x, segments, grad)
-        elif isinstance(module, nn.Embedding):
-            self._embedding(module, x, segments, grad)
-        elif isinstance(module, RoutedLoraB):
-            self._routed_lora_b(module, *cast(tuple[torch.Tensor, torch.Tensor], x), segments, grad)
-        else:
-            self._layer_norm(cast(nn.LayerNorm, module), x, segments, grad)  # the last SUPPORTED type
+    # -- what a layer's rule writes through (mtft.gradients.layers.Products) ---------------------------------------
+    def trains(self, param: torch.Tensor) -> bool:
+        return param in self.names
 
-    def _linear(self, module: nn.Linear, x: torch.Tensor, segments: Segments, grad: torch.Tensor) -> None:
-        for t, rows in segments:
-            g = grad[rows].reshape(-1, grad.shape[-1])
-            if module.weight in self.names:
-                self._write_product(module.weight, t, g.t(), x[rows].reshape(-1, x.shape[-1]))
-            if module.bias is not None and module.bias in self.names:
-                self._write(module.bias, t, g.sum(0))
-
-    def _multi_linear(self, module: MultiLinear, x: torch.Tensor, segments: Segments, grad: torch.Tensor) -> None:
-        """``grad`` is (H, rows, out) for the per-head output, or (rows, out) for the averaged head's, whose
-        weight is the mean of the H heads: each head then gets 1/H of the ordinary product."""
-        heads = module.num_heads
-        if grad.dim() == x.dim():  # the averaged head
-            grad = (grad / heads).unsqueeze(0).expand(heads, *grad.shape)
-        for t, rows in segments:
-            g = grad[:, rows].reshape(heads, -1, grad.shape[-1])
-            xs = x[rows].reshape(-1, x.shape[-1])
-            if module.weight in self.names:
-                self._write(module.weight, t, torch.einsum("hro,ri->hoi", g, xs))
-            if module.bias in self.names:
-                self._write(module.bias, t, g.sum(1))
-
-    def _embedding(self, module: nn.Embedding, ids: torch.Tensor, segments: Segments, grad: torch.Tensor) -> None:
-        for t, rows in segments:
-            index, g = ids[rows].reshape(-1), grad[rows].reshape(-1, grad.shape[-1])
-            if module.padding_idx is not None:  # nn.Embedding gives the padding row no gradient
-                keep = index != module.padding_idx
-                index, g = index[keep], g[keep]
-            buffer = self.sparse[module.weight]
-            slots = buffer.slots(index)
-            buffer.store[t].index_add_(0, slots, g.to(self.dtype))
-
-    def _routed_lora_b(
-        self, module: RoutedLoraB, shared: torch.Tensor, slots: torch.Tensor, segments: Segments, grad: torch.Tensor
-    ) -> None:
-        for t, rows in segments:
-            row_slots = slots[rows]
-            for j in torch.unique(row_slots).tolist():  # one slot per objective unless objectives span tasks
-                own = rows if bool((row_slots == j).all()) else _select(rows, row_slots == j)
-                g = grad[own].reshape(-1, grad.shape[-1])
-                a_x = shared[own].reshape(-1, shared.shape[-1])
-                buffer = self.sparse[module.weight]
-                slot = int(buffer.slots(torch.tensor([j], device=slots.device))[0])
-                buffer.store[t, slot].addmm_(g.t().to(self.dtype), a_x.to(self.dtype))
-
-    def _layer_norm(self, module: nn.LayerNorm, x: torch.Tensor, segments: Segments, grad: torch.Tensor) -> None:
-        has_weight = module.weight is not None and module.weight in self.names
-        normalised = nn.functional.layer_norm(x, module.normalized_shape, eps=module.eps) if has_weight else None
-        width = int(torch.tensor(module.normalized_shape).prod())
-        for t, rows in segments:
-            g = grad[rows].reshape(-1, width)
-            if has_weight:  # then normalised is a tensor
-                self._write(module.weight, t, (g * normalised[rows].reshape(-1, width)).sum(0))  # type: ignore[index]
-            if module.bias is not None and module.bias in self.names:
-                self._write(module.bias, t, g.sum(0))
+    def rows(self, param: torch.Tensor) -> RowSparseBuffer:
+        return self.sparse[param]
 
     def _target(self, param: torch.Tensor, t: int) -> tuple[torch.Tensor, bool]:
         """Objective t's buffer of ``param``, and whether this is the step's first write to it (overwrite)."""
@@ -283,14 +214,14 @@ class PerObjectiveGradients:
         self._touched.add(key)
         return self.views[param][t], first
 
-    def _write(self, param: torch.Tensor, t: int, value: torch.Tensor) -> None:
+    def write(self, param: torch.Tensor, t: int, value: torch.Tensor) -> None:
         target, first = self._target(param, t)
         value = value.reshape(target.shape).to(target.dtype)
         target.copy_(value) if first else target.add_(value)
 
-    def _write_product(self, param: torch.Tensor, t: int, a: torch.Tensor, b: torch.Tensor) -> None:
+    def write_product(self, param: torch.Tensor, t: int, a: torch.Tensor, b: torch.Tensor) -> None:
         if a.dtype != self.dtype:  # e.g. bf16 activations, float32 buffers
-            return self._write(param, t, a @ b)
+            return self.write(param, t, a @ b)
         target, first = self._target(param, t)
         if first:
             torch.mm(a, b, out=target)
@@ -426,12 +357,6 @@ def matvec(block: torch.Tensor, vector: torch.Tensor) -> torch.Tensor:
     for columns, chunk in _chunks(block):
         out += (chunk @ vector[columns]).double().cpu()
     return out
-
-
-def _select(rows: Union[slice, torch.Tensor], keep: torch.Tensor) -> torch.Tensor:
-    """The rows of a segment (slice or index tensor) where ``keep`` holds."""
-    index = torch.arange(rows.start, rows.stop, device=keep.device) if isinstance(rows, slice) else rows
-    return index[keep]
 
 
 def _segments(rows: torch.Tensor) -> Segments:

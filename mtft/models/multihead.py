@@ -12,7 +12,7 @@ objective (``torch.func.stack_module_state`` stacks weights but leaves the loss 
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -41,6 +41,29 @@ class MultiLinear(nn.Module):
                 self.num_heads, *([1] * (x.dim() - 1)), -1
             )
         return nn.functional.linear(x, self.weight.mean(0), self.bias.mean(0))
+
+    # -- per-objective gradients (mtft.gradients.layers.PerObjectiveLayer) ----------------------------------------
+    def per_objective_input(self, inputs: tuple[Any, ...], output: torch.Tensor) -> tuple[Any, int]:
+        """The input; the per-head output is (H, rows, out): its rows are the second dimension."""
+        return inputs[0].detach(), 1 if output.dim() == inputs[0].dim() + 1 else 0
+
+    def per_objective_row_sparse(self) -> Sequence[nn.Parameter]:
+        return []
+
+    def per_objective_products(self, x: torch.Tensor, segments: Any, grad: torch.Tensor, out: Any) -> None:
+        """∂L_t/∂W[h] = Σ_{n∈t} δ_{h,n}ᵀ x_n (δ_h: the gradient of head h's output). ``grad`` is (H, rows, out) for
+        the per-head output, or (rows, out) for the averaged head's, whose weight is the mean of the H heads: each
+        head then gets 1/H of the ordinary product."""
+        heads = self.num_heads
+        if grad.dim() == x.dim():  # the averaged head
+            grad = (grad / heads).unsqueeze(0).expand(heads, *grad.shape)
+        for t, rows in segments:
+            g = grad[:, rows].reshape(heads, -1, grad.shape[-1])
+            xs = x[rows].reshape(-1, x.shape[-1])
+            if out.trains(self.weight):
+                out.write(self.weight, t, torch.einsum("hro,ri->hoi", g, xs))
+            if out.trains(self.bias):
+                out.write(self.bias, t, g.sum(1))
 
     def averaged(self) -> nn.Linear:
         """The averaged head w_bar as an ordinary ``nn.Linear``."""

@@ -4,12 +4,11 @@ An analysis adds numbers to every complete run's record (read from the run direc
 :mod:`mtft.study.collect`), so that they are aggregated, tabled and plotted with the rest; and, once the study is
 aggregated, writes its own files under ``<study>/analyses/<name>/`` (one folder, written whole) and a section of
 study.md. The runner asks the registry, never a name: a new analysis is a :class:`StudyAnalysis` subclass listed in
-:data:`REGISTRY`, or named ``package.module:Class`` in the study file.
+:data:`REGISTRY` (a :class:`mtft.core.registry.Registry`), or named ``package.module:Class`` in the study file.
 """
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -17,14 +16,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mtft.core.atomic import AtomicFolder
 from mtft.core.errors import ConfigError, shorten
+from mtft.core.registry import Registry
 from mtft.study.aggregate import StudyResults
 from mtft.study.plots import slug
-
-#: name -> ``module:Class``, imported when a study asks for it
-REGISTRY = {
-    "overtraining": "mtft.study.overtraining:OvertrainingAnalysis",
-    "spread": "mtft.study.spread:SpreadAnalysis",
-}
 
 
 class AnalysisOptions(BaseModel):
@@ -53,18 +47,20 @@ class StudyAnalysis:
         return []
 
 
+#: name -> ``module:Class``, imported when a study asks for it
+REGISTRY: Registry[StudyAnalysis] = Registry(
+    "analysis",
+    StudyAnalysis,
+    {
+        "overtraining": "mtft.study.overtraining:OvertrainingAnalysis",
+        "spread": "mtft.study.spread:SpreadAnalysis",
+    },
+)
+
+
 def build_analysis(name: str, options: dict[str, Any]) -> StudyAnalysis:
     """The analysis ``name`` (a registered name or ``module:Class``); bad options raise ValueError in one line."""
-    target = REGISTRY.get(name, name)
-    if ":" not in target:
-        raise ValueError(f"unknown analysis {name!r}; known: {', '.join(sorted(REGISTRY))} (or package.module:Class)")
-    module_name, _, class_name = target.partition(":")
-    try:
-        cls = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError) as error:
-        raise ValueError(f"analysis {name!r}: cannot import {target} ({shorten(str(error))})") from None
-    if not (isinstance(cls, type) and issubclass(cls, StudyAnalysis)):
-        raise ValueError(f"analysis {name!r}: {target} is not a StudyAnalysis subclass")
+    cls = REGISTRY.get(name)
     try:
         return cls(options)
     except ValidationError as exc:

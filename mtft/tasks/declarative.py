@@ -10,7 +10,6 @@ library's classes so); the YAML then supplies its fields (those of the class, su
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import importlib.util
 import sys
 from pathlib import Path
@@ -19,11 +18,14 @@ from typing import Any, Optional
 
 from mtft.core.errors import ConfigError
 from mtft.core.paths import check_name
+from mtft.core.registry import Registry, import_reference
 from mtft.core.safe_yaml import load_yaml, read_text
 from mtft.tasks.base import Task
 from mtft.tasks.kinds import task_kind
 
 _NOT_IN_FILES = {"folder"}
+# The Task subclasses task files name with ``class:`` (none registered: each is checked as the registries check).
+TASK_PLUGINS: Registry[Task] = Registry("task class", Task)
 
 
 def read_task_spec(path: Path) -> Optional[dict[str, Any]]:
@@ -56,8 +58,8 @@ def build_task(spec: dict[str, Any], path: Path) -> Task:
     head = spec.get("head", "sequence_classification")
     try:
         default_class = task_kind(head)
-    except KeyError as exc:
-        raise ConfigError(f"task file {path}: {exc.args[0]}") from None
+    except ValueError as exc:
+        raise ConfigError(f"task file {path}: {exc}") from None
     task_class = _task_class(spec.pop("class", None), path, default_class)
     valid = {f.name for f in dataclasses.fields(task_class)} - _NOT_IN_FILES
     unknown = set(spec) - valid
@@ -104,30 +106,12 @@ def _task_class(reference: str | None, path: Path, default: type[Task]) -> type[
             f"task file {path}: class {reference!r} must be '<module>:<Class>' with <module>.py beside the task "
             "file, or '<package.module>:<Class>' naming an importable module"
         )
-    if len(parts) > 1:
-        module = _import_module(module_name, reference, path)
-    else:
-        module = _module_beside(module_name, reference, path)
-    cls = getattr(module, class_name, None)
-    if not (isinstance(cls, type) and issubclass(cls, Task)):
-        raise ConfigError(f"task file {path}: {reference!r} is not a subclass of mtft.tasks.Task")
-    return cls
-
-
-def _import_module(module_name: str, reference: str, path: Path) -> ModuleType:
     try:
-        return importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name is None or not (module_name == exc.name or module_name.startswith(exc.name + ".")):
-            raise ConfigError(  # the module exists but one of its own imports is missing
-                f"task file {path}: class {reference!r}: importing {module_name} needs {exc.name!r}, not installed"
-            ) from None
-        raise ConfigError(f"task file {path}: class {reference!r}: no module named {module_name!r}") from None
-    except Exception as exc:
-        raise ConfigError(
-            f"task file {path}: class {reference!r}: {module_name} failed on import: {type(exc).__name__}: "
-            f"{' '.join(str(exc).split())[:200]}"
-        ) from None
+        if len(parts) > 1:
+            return TASK_PLUGINS.checked(import_reference(f"{module_name}:{class_name}"))
+        return TASK_PLUGINS.checked(getattr(_module_beside(module_name, reference, path), class_name, None))
+    except ValueError as exc:
+        raise ConfigError(f"task file {path}: class {reference!r}: {exc}") from None
 
 
 def _module_beside(module_name: str, reference: str, path: Path) -> ModuleType:

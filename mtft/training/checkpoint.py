@@ -254,18 +254,6 @@ def load_checkpoint(engine, path: Path, rank: int) -> dict[str, Any]:
     return trainer_state
 
 
-def load_weights(module: torch.nn.Module, folder: Path) -> None:
-    """Load ``model.safetensors`` from ``folder`` into ``module`` (strict)."""
-    file = folder / "model.safetensors"
-    if not file.is_file():
-        raise CheckpointError(f"no model.safetensors in {folder}")
-    missing, unexpected = module.load_state_dict(load_file(str(file)), strict=False)
-    if missing or unexpected:
-        raise CheckpointError(
-            f"{file} does not fit this model: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}"
-        )
-
-
 def _safe_globals() -> list:
     """The classes DeepSpeed's ZeRO 1/2 optimizer state pickles besides tensors (found with
     ``torch.serialization.get_unsafe_globals_in_checkpoint``): an enum, the loss scaler's settings, and a dataclass

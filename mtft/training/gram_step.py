@@ -36,7 +36,7 @@ A Gram that holds NaN or inf is refused by the solver: the step is skipped on ev
 
 Two options (``weighting.metric``, ``weighting.descent_check``):
 
-- ``metric``: an :class:`~mtft.training.metric.OptimizerMetric` forms the Gram in the optimizer's metric,
+- ``metric``: an :class:`~mtft.training.adamw_preconditioner.OptimizerMetric` forms the Gram in the optimizer's metric,
   G_ts = g_tᵀ P g_s with P = diag(1/(√v̂+ε)) AdamW's preconditioner (the Euclidean Gram before the first step
   and with SGD). The combined gradient Σ_t w_t g_t is unchanged: AdamW applies P to it itself. ZeRO stages 0-2
   only (refused under ZeRO-3: :func:`mtft.training.engine.deepspeed_config`).
@@ -60,7 +60,7 @@ from mtft.core.errors import Diverged
 from mtft.gradients import PerObjectiveGradients, ShardedGradients
 from mtft.pareto import SolverInputError
 from mtft.reporting.logs import logger
-from mtft.training.metric import OptimizerMetric
+from mtft.training.adamw_preconditioner import OptimizerMetric
 from mtft.training.step import StepResult, drain_regularisers
 from mtft.weighting import Weighting
 

@@ -37,10 +37,10 @@ from mtft.models.multihead import average_heads
 from mtft.reporting.logs import MetricsLog, add_file_log, held_log_lines, logger, setup_console_logging
 from mtft.reporting.report import write_report
 from mtft.training import checkpoint as ckpt
+from mtft.training.adamw_preconditioner import OptimizerMetric
 from mtft.training.early_stopping import EarlyStopping
 from mtft.training.engine import initialize
 from mtft.training.gram_step import GramWeightedStep
-from mtft.training.metric import OptimizerMetric
 from mtft.training.preflight import preflight
 from mtft.training.pretrain import backbone_log_row, backbone_pretraining, pretrained_backbone, pretraining_summary
 from mtft.training.restore import save_encoder_files

@@ -4,14 +4,20 @@ One module per method over the :class:`Weighting` base (:mod:`mtft.weighting.bas
 ``weighting.method`` -- a built-in name, a registered one, or ``module:Class`` -- is :mod:`mtft.weighting.registry`.
 """
 
-from mtft.weighting.base import Weighting
+from mtft.weighting.base import Weighting, WeightingOptions
 from mtft.weighting.cagrad import CAGrad
 from mtft.weighting.imtl_g import IMTLG
 from mtft.weighting.lfmlf import LFMLF
 from mtft.weighting.mean import MeanWeighting
 from mtft.weighting.mgda_normalized import MGDANormalized
 from mtft.weighting.pcgrad import PCGrad
-from mtft.weighting.registry import WEIGHTINGS, build_weighting, register_weighting, weighting_class
+from mtft.weighting.registry import (
+    WEIGHTINGS,
+    build_weighting,
+    register_weighting,
+    weighting_class,
+    weighting_options,
+)
 from mtft.weighting.upgrad import UPGrad
 
 __all__ = [
@@ -24,7 +30,9 @@ __all__ = [
     "UPGrad",
     "WEIGHTINGS",
     "Weighting",
+    "WeightingOptions",
     "build_weighting",
     "register_weighting",
     "weighting_class",
+    "weighting_options",
 ]

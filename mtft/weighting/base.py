@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import ClassVar, Optional
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
 from mtft.pareto import SolverInputError, check_gram
 
@@ -27,6 +28,14 @@ ZERO_NORM = 1e-12
 # to ~1e-5 over very long gradients; a matrix that is not a Gram at all is asymmetric at O(1). Below this the
 # two triangles are averaged (:func:`mtft.pareto.check_gram`), above it the input is refused.
 ASYMMETRY_TOL = 1e-3
+
+
+class WeightingOptions(BaseModel):
+    """A weighting's ``weighting.options``, typed: validated with the run config (an unknown or ill-typed option is
+    one error line naming it and the valid ones) and listed by ``run.py --help``. A weighting's own model subclasses
+    this with one field per keyword argument of its constructor (default and description included)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class Weighting:
@@ -42,11 +51,15 @@ class Weighting:
       answers [1.0] without calling :meth:`weigh` (``state()`` keeps the previous call's values). A method
       whose state must follow every call (LF-MLF's certificate and warm start) sets False and returns [1.0]
       from :meth:`weigh` itself.
+    - ``Options``: the typed model of its constructor's keyword arguments (:class:`WeightingOptions`; the built-ins
+      all have one). A class of one's own without it gets ``weighting.options`` as keyword arguments unchecked
+      until it is constructed (at load time all the same).
 
     ``state()`` reports scalars of the last call for the logs: methods store them in ``self._state``.
     """
 
     name: ClassVar[str]
+    Options: ClassVar[Optional[type[WeightingOptions]]] = None
     needs_gram: ClassVar[bool] = False
     single_objective_shortcut: ClassVar[bool] = True
 

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Literal, Optional
 
 import numpy as np
+from pydantic import Field
 
 from mtft.pareto import solve_min_norm
-from mtft.weighting.base import Weighting
+from mtft.weighting.base import Weighting, WeightingOptions
+
+
+class CAGradOptions(WeightingOptions):
+    c: float = Field(0.4, ge=0.0, description="The radius c of the ball around the mean gradient (0: the mean).")
+    rescale: Literal[0, 1, 2] = Field(0, description="The direction d as is (0), d/(1 + c²) (1) or d/(1 + c) (2).")
 
 
 class CAGrad(Weighting):
@@ -23,6 +29,7 @@ class CAGrad(Weighting):
     """
 
     name = "cagrad"
+    Options = CAGradOptions
     needs_gram = True
 
     def __init__(self, c: float = 0.4, rescale: int = 0):

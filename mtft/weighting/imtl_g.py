@@ -6,7 +6,7 @@ from typing import Optional
 
 import numpy as np
 
-from mtft.weighting.base import Weighting, gradient_norms
+from mtft.weighting.base import Weighting, WeightingOptions, gradient_norms
 
 
 class IMTLG(Weighting):
@@ -25,6 +25,7 @@ class IMTLG(Weighting):
     """
 
     name = "imtl_g"
+    Options = WeightingOptions  # none
     needs_gram = True
     single_objective_shortcut = False
 

@@ -2,16 +2,37 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import ClassVar, Literal, Optional
 
 import numpy as np
+from pydantic import Field
 
 from mtft.pareto import Certificate, SolverInputError, check_floor, solve_min_norm
-from mtft.weighting.base import Weighting, gradient_norms
+from mtft.weighting.base import Weighting, WeightingOptions, gradient_norms
 
 # Sener & Koltun (2018)'s gradient normalisers, as in their released code (``gradient_normalizers`` in
 # MultiObjectiveOptimization/multi_task/min_norm_solvers.py): g_t is divided by c_t before the min-norm solve.
 NORMALIZERS = ("none", "l2", "loss", "loss+")
+
+
+class MinNormOptions(WeightingOptions):
+    solver: Literal["exact", "cvxpy"] = Field(
+        "exact", description="Min-norm solver: exact (active set over the simplex) or cvxpy (for comparison)."
+    )
+    floor: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="The collapse guard β: every weight is kept ≥ β/T (0: the paper's min-norm weights; 1: the mean).",
+    )
+
+
+class LFMLFOptions(MinNormOptions):
+    normalize: Literal["none", "l2", "loss", "loss+"] = Field(
+        "none",
+        description="Sener & Koltun (2018)'s gradient normalisation before the min-norm solve: g_t/||g_t|| (l2), "
+        "g_t/L_t (loss) or g_t/(L_t ||g_t||) (loss+).",
+    )
 
 
 class LFMLF(Weighting):
@@ -43,6 +64,7 @@ class LFMLF(Weighting):
     """
 
     name = "lfmlf"
+    Options: ClassVar[type[WeightingOptions]] = LFMLFOptions  # mgda_normalized narrows it
     needs_gram = True
     single_objective_shortcut = False
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mtft.weighting.lfmlf import LFMLF
+from mtft.weighting.lfmlf import LFMLF, MinNormOptions
 
 
 class MGDANormalized(LFMLF):
@@ -18,6 +18,7 @@ class MGDANormalized(LFMLF):
     """
 
     name = "mgda_normalized"
+    Options = MinNormOptions
 
     def __init__(self, solver: str = "exact", floor: float = 0.0):
         super().__init__(solver=solver, floor=floor, normalize="l2")

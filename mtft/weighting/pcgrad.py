@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Literal, Optional
 
 import numpy as np
+from pydantic import Field
 
-from mtft.weighting.base import Weighting
+from mtft.weighting.base import Weighting, WeightingOptions
+
+
+class PCGradOptions(WeightingOptions):
+    seed: int = Field(0, description="Seed of the random order in which each gradient is projected.")
+    reduction: Literal["sum", "mean"] = Field(
+        "sum", description="The update: the sum of the projected gradients (the paper's) or their mean."
+    )
 
 
 class PCGrad(Weighting):
@@ -23,6 +31,7 @@ class PCGrad(Weighting):
     """
 
     name = "pcgrad"
+    Options = PCGradOptions
     needs_gram = True
 
     def __init__(self, seed: int = 0, reduction: str = "sum"):

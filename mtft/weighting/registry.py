@@ -8,9 +8,12 @@ with :func:`register_weighting` in a module that is imported before the config i
 
 from __future__ import annotations
 
-import importlib
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
+from pydantic import ValidationError
+
+from mtft.core.errors import echo, shorten
+from mtft.core.registry import Registry
 from mtft.weighting.base import Weighting
 from mtft.weighting.cagrad import CAGrad
 from mtft.weighting.imtl_g import IMTLG
@@ -20,9 +23,19 @@ from mtft.weighting.mgda_normalized import MGDANormalized
 from mtft.weighting.pcgrad import PCGrad
 from mtft.weighting.upgrad import UPGrad
 
-WEIGHTINGS: dict[str, type[Weighting]] = {
-    cls.name: cls for cls in (MeanWeighting, LFMLF, MGDANormalized, PCGrad, CAGrad, IMTLG, UPGrad)
-}
+
+def _implemented(cls: type[Weighting]) -> Optional[str]:
+    if cls.weigh is Weighting.weigh and cls.__call__ is Weighting.__call__:
+        return "does not implement weigh(losses, gram)"
+    return None
+
+
+WEIGHTINGS: Registry[Weighting] = Registry(
+    "weighting",
+    Weighting,
+    {cls.name: cls for cls in (MeanWeighting, LFMLF, MGDANormalized, PCGrad, CAGrad, IMTLG, UPGrad)},
+    check=_implemented,
+)
 
 
 def register_weighting(cls: type[Weighting]) -> type[Weighting]:
@@ -30,16 +43,7 @@ def register_weighting(cls: type[Weighting]) -> type[Weighting]:
 
     A name already taken by another class is refused (re-importing the same module re-registers its class).
     """
-    if not (isinstance(cls, type) and issubclass(cls, Weighting)):
-        raise ValueError(f"register_weighting: {cls!r} is not a subclass of mtft.weighting.Weighting")
-    name = getattr(cls, "name", "")
-    if not isinstance(name, str) or not name or ":" in name:
-        raise ValueError(f"register_weighting: {_qualified(cls)} needs a class attribute `name` without ':'")
-    taken = WEIGHTINGS.get(name)
-    if taken is not None and _qualified(taken) != _qualified(cls):
-        raise ValueError(f"register_weighting: the name {name!r} is taken by {_qualified(taken)}")
-    WEIGHTINGS[name] = cls
-    return cls
+    return WEIGHTINGS.register(cls)
 
 
 def weighting_class(method: str) -> type[Weighting]:
@@ -48,37 +52,40 @@ def weighting_class(method: str) -> type[Weighting]:
     Every failure is a ValueError of one line: the config loader reports it against the ``weighting.method``
     key.
     """
-    if ":" not in method:
-        if method not in WEIGHTINGS:
-            raise ValueError(
-                f"unknown weighting {method!r}; valid choices: {', '.join(sorted(WEIGHTINGS))}; or "
-                "module:Class, a Weighting subclass in an importable module"
-            )
-        return WEIGHTINGS[method]
-    module_name, _, attribute = method.partition(":")
-    if not module_name or not attribute:
-        raise ValueError(f"weighting {method!r}: expected module:Class, e.g. mypackage.weightings:MyWeighting")
+    return WEIGHTINGS.get(method)
+
+
+def weighting_options(method: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` checked against the ``Options`` model of the weighting ``method`` selects: the options given,
+    typed (defaults are the constructor's, not written out). One ValueError line naming the bad option and the valid
+    ones; an option that another weighting takes says which. A class of one's own without ``Options`` is
+    constructed to check them."""
+    cls = weighting_class(method)
+    if cls.Options is None:
+        try:
+            cls(**options)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"options {echo(dict(options))} do not fit weighting {method!r}: {error}") from None
+        return dict(options)
+    valid = f"valid options: {', '.join(cls.Options.model_fields) or 'none'}"
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ValueError(f"weighting {method!r}: cannot import {module_name!r} ({error})") from None
-    found: Any = module
-    for part in attribute.split("."):  # Outer.Inner too
-        found = getattr(found, part, None)
-    if found is None:
-        raise ValueError(f"weighting {method!r}: module {module_name!r} has no attribute {attribute!r}")
-    if not (isinstance(found, type) and issubclass(found, Weighting)):
-        what = _qualified(found) if isinstance(found, type) else repr(found)
-        raise ValueError(f"weighting {method!r}: {what} is not a subclass of mtft.weighting.Weighting")
-    if found.weigh is Weighting.weigh and found.__call__ is Weighting.__call__:
-        raise ValueError(f"weighting {method!r}: {_qualified(found)} does not implement weigh(losses, gram)")
-    return found
+        given = cls.Options.model_validate(dict(options)).model_dump(exclude_unset=True)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        key = ".".join(str(part) for part in error["loc"])
+        if error["type"] == "extra_forbidden":
+            others = [name for name, other in WEIGHTINGS.items() if other.Options and key in other.Options.model_fields]
+            of = f" (an option of {', '.join(others)})" if others else ""
+            raise ValueError(f"{key!r} is not an option of weighting {method!r}{of}; {valid}") from None
+        message = shorten(error["msg"]).removeprefix("Value error, ")
+        raise ValueError(f"weighting {method!r}, option {key!r}: {message} (got {echo(error['input'])})") from None
+    try:
+        cls(**given)  # the constructor's own checks
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"weighting {method!r}: {error}") from None
+    return given
 
 
 def build_weighting(method: str, options: Optional[dict[str, Any]] = None) -> Weighting:
     """An instance of the selected class with ``weighting.options`` as its constructor's keyword arguments."""
     return weighting_class(method)(**(options or {}))
-
-
-def _qualified(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"

@@ -7,7 +7,7 @@ from typing import Optional
 import numpy as np
 
 from mtft.pareto.cvxpy_backend import psd_factor
-from mtft.weighting.base import Weighting
+from mtft.weighting.base import Weighting, WeightingOptions
 
 
 class UPGrad(Weighting):
@@ -22,6 +22,7 @@ class UPGrad(Weighting):
     """
 
     name = "upgrad"
+    Options = WeightingOptions  # none
     needs_gram = True
 
     def weigh(self, losses: np.ndarray, gram: Optional[np.ndarray]) -> np.ndarray:

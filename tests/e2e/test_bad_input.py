@@ -87,7 +87,12 @@ FAST = {
     "no-tasks": ([*BASE, "data.tasks=[]"], {}, "data.tasks"),
     "duplicate-language": ([*BASE, "data.tasks.0.languages=[en,en]"], {}, "twice"),
     "unknown-weighting": ([*BASE, "weighting.method=nope"], {}, "weighting"),
-    "weighting-huge-option": ([*BASE, "weighting.options={foo: " + "x" * 5000 + "}"], {}, "characters"),
+    "weighting-huge-option": ([*BASE, "weighting.options={solver: " + "x" * 5000 + "}"], {}, "characters"),
+    "weighting-option-of-another": (
+        [*BASE, "weighting.method=mean", "weighting.options.floor=0.3"],
+        {},
+        "'floor' is not an option of weighting 'mean' (an option of lfmlf, mgda_normalized)",
+    ),
     "unknown-adapter": ([*BASE, "model.adapter.method=nope"], {}, "model.adapter.method"),
     "eval-split": ([*BASE, "evaluation.split=train"], {}, "evaluation.split"),
     "deepspeed-missing": ([*BASE, "training.deepspeed_config={tmp}/none.json"], {}, "not found"),

@@ -10,7 +10,7 @@ objective (``route_by="objective"``), read from the rows' :func:`~mtft.core.rows
 from __future__ import annotations
 
 import math
-from typing import Literal, Optional
+from typing import Any, Literal, Optional, Sequence, Union
 
 import torch
 from torch import nn
@@ -22,7 +22,8 @@ class RoutedLoraB(nn.Module):
     """The stacked output sides B (slots × out × r); row n of a batch is multiplied by B[slots[n]].
 
     A module of its own so that per-objective gradient hooks see its input (A·x after dropout) and the rows'
-    slots, exactly as they see a Linear layer's input (:mod:`mtft.gradients.per_objective`)."""
+    slots, exactly as they see a Linear layer's input; it computes its own per-objective products (the three
+    ``per_objective_*`` methods: :class:`mtft.gradients.layers.PerObjectiveLayer`)."""
 
     def __init__(self, num_slots: int, out_features: int, r: int, device=None, dtype=None):
         super().__init__()
@@ -34,9 +35,37 @@ class RoutedLoraB(nn.Module):
         out = torch.bmm(shared.reshape(rows, -1, shared.shape[-1]), per_row.transpose(1, 2))
         return out.reshape(*shared.shape[:-1], self.weight.shape[1])
 
+    # -- per-objective gradients (mtft.gradients.layers.PerObjectiveLayer) ----------------------------------------
+    def per_objective_input(self, inputs: tuple[Any, ...], output: torch.Tensor) -> tuple[Any, int]:
+        """A·x and the slot of every row."""
+        return (inputs[0].detach(), inputs[1].detach()), 0
+
+    def per_objective_row_sparse(self) -> Sequence[nn.Parameter]:
+        """Only the B's of the slots in the batch get a gradient."""
+        return [self.weight]
+
+    def per_objective_products(self, saved: Any, segments: Any, grad: torch.Tensor, out: Any) -> None:
+        """∂L_t/∂B[j] = Σ_{n∈t, slot(n)=j} δ_nᵀ (A·x_n), A frozen: only the rows' own B's."""
+        shared, slots = saved
+        buffer = out.rows(self.weight)
+        for t, rows in segments:
+            row_slots = slots[rows]
+            for j in torch.unique(row_slots).tolist():  # one slot per objective unless objectives span tasks
+                own = rows if bool((row_slots == j).all()) else _select(rows, row_slots == j)
+                g = grad[own].reshape(-1, grad.shape[-1])
+                a_x = shared[own].reshape(-1, shared.shape[-1])
+                slot = int(buffer.slots(torch.tensor([j], device=slots.device))[0])
+                buffer.store[t, slot].addmm_(g.t().to(out.dtype), a_x.to(out.dtype))
+
     def extra_repr(self) -> str:
         k, out, r = self.weight.shape
         return f"slots={k}, out={out}, r={r}"
+
+
+def _select(rows: Union[slice, torch.Tensor], keep: torch.Tensor) -> torch.Tensor:
+    """The rows of a segment (slice or index tensor) where ``keep`` holds."""
+    index = torch.arange(rows.start, rows.stop, device=keep.device) if isinstance(rows, slice) else rows
+    return index[keep]
 
 
 class MultiLoraLinear(nn.Module):

@@ -346,9 +346,9 @@ def test_a_users_own_method_loads_from_module_and_class(tmp_path, monkeypatch):
     assert not model.encoder.get_input_embeddings().weight.requires_grad
     assert model.encoder.encoder.layer[0].attention.self.query.weight.requires_grad
     assert method.tracker(model.encoder, TASKS, OBJECTIVES).groups == [""]
-    with pytest.raises(ConfigError, match="my_adapter_methods.NotAMethod is not a subclass of mtft.adapters.Adapter"):
+    with pytest.raises(ConfigError, match="NotAMethod is not a subclass of mtft.adapters.base.AdapterMethod"):
         load_config(write_config(tmp_path), ["model.adapter.method=my_adapter_methods:NotAMethod"])
-    with pytest.raises(ConfigError, match="my_adapter_methods has no Missing"):
+    with pytest.raises(ConfigError, match="module 'my_adapter_methods' has no attribute 'Missing'"):
         load_config(write_config(tmp_path), ["model.adapter.method=my_adapter_methods:Missing"])
 
 
@@ -357,10 +357,10 @@ def test_a_users_own_method_loads_from_module_and_class(tmp_path, monkeypatch):
     [
         (
             "magic",
-            "model.adapter.method: unknown adapter method 'magic'; valid choices: full, head, lora, multi_lora, "
-            "or a module:Class (got 'magic')",
+            "model.adapter.method: unknown adapter method 'magic'; valid choices: full, head, lora, multi_lora; "
+            "or module:Class, a mtft.adapters.base.AdapterMethod subclass in an importable module (got 'magic')",
         ),
-        ("no_such_module_here:Method", "cannot import no_such_module_here (No module named 'no_such_module_here')"),
+        ("no_such_module_here:Method", "cannot import 'no_such_module_here' (No module named 'no_such_module_here')"),
     ],
 )
 def test_an_unknown_method_is_one_line_naming_the_choices(tmp_path, value, message):

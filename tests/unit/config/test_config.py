@@ -64,7 +64,7 @@ def test_defaults_and_overrides(tmp_path):
         ("data.mixing.strategy=random", "valid choices: proportional, temperature, uniform"),
         ("model.tiny.hidden_size=65", "hidden_size (65) must be a multiple of num_attention_heads (4)"),
         ("training.optimizer.betas=[0.9, 1.5]", "betas must lie in [0, 1)"),
-        ("weighting.options={solver: gurobi}", "do not fit weighting 'mean'"),
+        ("weighting.options={solver: gurobi}", "'solver' is not an option of weighting 'mean' (an option of lfmlf, "),
         ("weighting.shared=heads", "weighting.shared: invalid value; valid choices: auto, encoder, all"),
     ],
 )
@@ -129,6 +129,9 @@ def test_cli_help_lists_options_with_help_text():
     assert "training.optimizer.lr  [float, default: 5e-05]" in result.stdout
     assert "Peak learning rate." in result.stdout
     assert "data.mixing.strategy  [proportional|temperature|uniform" in result.stdout
+    # each weighting's typed options (weighting.options is a mapping whose keys depend on weighting.method)
+    assert "weighting.options.floor  [float, default: 0.0]" in result.stdout and "(lfmlf) The collapse" in result.stdout
+    assert "weighting.options.rescale  [0|1|2, default: 0]" in result.stdout
 
 
 def test_cli_print_config_and_error_exit(tmp_path):

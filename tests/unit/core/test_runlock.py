@@ -67,3 +67,23 @@ def test_a_refused_run_of_a_finished_run_directory_adds_no_lock_file(tmp_path):
         with run_lock(run_dir):  # the file was there before: it stays
             raise CheckpointError("refused")
     assert path.is_file()
+
+
+@pytest.mark.parametrize("stage", ["pretrain", "finetune"])
+def test_every_stage_of_run_py_takes_the_run_lock_before_it_starts(tmp_path, monkeypatch, stage):
+    """A pre-training run (``run.stage: pretrain``) is refused in a run directory in use, as a fine-tuning run is,
+    before it loads anything (a pre-training run used to take no lock)."""
+    import mtft.training.preflight
+    from mtft.cli import main
+    from tests.conftest import REPO
+
+    def started(*args):
+        raise AssertionError("the run started without the run directory's lock")
+
+    monkeypatch.setattr(mtft.training.preflight, "preflight_pretrain", started)
+    monkeypatch.chdir(REPO)
+    run_dir = tmp_path / "run"
+    with run_lock(run_dir):  # another run holds it (flock: another open file conflicts, in this process too)
+        with pytest.raises(CheckpointError, match="is in use by another run"):
+            main(["--config", "tests/e2e/base.yaml", f"run.output_dir={run_dir}", f"run.stage={stage}"])
+    assert not run_dir.exists()

@@ -34,12 +34,12 @@ def test_a_registered_name_builds_its_analysis_with_options():
 @pytest.mark.parametrize(
     "requested, message",
     [
-        ({"nope": {}}, "unknown analysis 'nope'; known: overtraining, spread"),
+        ({"nope": {}}, "unknown analysis 'nope'; valid choices: overtraining, spread; or module:Class"),
         ({"overtraining": {"budget": 1}}, "analysis 'overtraining': option 'budget'"),
         ({"overtraining": {"tolerance": -1}}, "option 'tolerance'"),
         ({"overtraining": {}}, "budget_axis 'pretrain.tokens' is not an axis of the study (axes: lr)"),
-        ({"no.such.module:X": {}}, "cannot import no.such.module:X"),
-        ({"mtft.study.aggregate:StudyResults": {}}, "is not a StudyAnalysis subclass"),
+        ({"no.such.module:X": {}}, "'no.such.module:X': cannot import 'no.such.module' (No module named 'no')"),
+        ({"mtft.study.aggregate:StudyResults": {}}, "StudyResults is not a subclass of mtft.study.analyses.StudyA"),
     ],
 )
 def test_bad_analyses_are_one_config_error(requested, message):

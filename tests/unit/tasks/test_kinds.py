@@ -24,7 +24,7 @@ def test_unknown_kind_names_the_valid_kinds():
         "token_classification"
     )
     for lookup in (task_kind, head_class):
-        with pytest.raises(KeyError, match=f"unknown head 'parsing'; valid heads: {valid}"):
+        with pytest.raises(ValueError, match=f"unknown head 'parsing'; valid choices: {valid}$"):
             lookup("parsing")
 
 

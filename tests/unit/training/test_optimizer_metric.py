@@ -33,7 +33,7 @@ def probe() -> None:
     init_distributed()
     import deepspeed
 
-    from mtft.training.metric import OptimizerMetric
+    from mtft.training.adamw_preconditioner import OptimizerMetric
 
     out = {}
     for case in ("zero0", "zero1", "zero2", "sgd"):

@@ -63,10 +63,9 @@ def user_module(tmp_path, monkeypatch):
 
 @pytest.fixture
 def restored_registry():
-    saved = dict(WEIGHTINGS)
+    saved = WEIGHTINGS.snapshot()
     yield WEIGHTINGS
-    WEIGHTINGS.clear()
-    WEIGHTINGS.update(saved)
+    WEIGHTINGS.restore(saved)
 
 
 def _load(monkeypatch, *overrides: str):
@@ -106,7 +105,7 @@ def test_user_weighting_from_module_class_through_the_config(user_module, monkey
         (
             "magic",
             "unknown weighting 'magic'; valid choices: cagrad, imtl_g, lfmlf, mean, mgda_normalized, pcgrad, "
-            "upgrad; or module:Class, a Weighting subclass in an importable module",
+            "upgrad; or module:Class, a mtft.weighting.base.Weighting subclass in an importable module",
         ),
         (
             "no_such_module_xyz:Foo",
@@ -116,12 +115,12 @@ def test_user_weighting_from_module_class_through_the_config(user_module, monkey
         ("{m}:Missing", "weighting '{m}:Missing': module '{m}' has no attribute 'Missing'"),
         (
             "{m}:NotAWeighting",
-            "weighting '{m}:NotAWeighting': {m}.NotAWeighting is not a subclass of mtft.weighting.Weighting",
+            "weighting '{m}:NotAWeighting': {m}.NotAWeighting is not a subclass of mtft.weighting.base.Weighting",
         ),
         ("{m}:np", "weighting '{m}:np': <module 'numpy'"),
         ("{m}:Unimplemented", "{m}.Unimplemented does not implement weigh(losses, gram)"),
         ("mtft.weighting:Weighting", "mtft.weighting.base.Weighting does not implement weigh(losses, gram)"),
-        (":Foo", "weighting ':Foo': expected module:Class, e.g. mypackage.weightings:MyWeighting"),
+        (":Foo", "weighting ':Foo': expected module:Class, e.g. mypackage.mymodule:MyClass"),
     ],
 )
 def test_bad_method_is_one_line_naming_the_problem(user_module, monkeypatch, method, expected):
@@ -159,17 +158,17 @@ def test_lfmlf_floor_and_normalize_load_from_the_config(monkeypatch):
 @pytest.mark.parametrize(
     "options, expected",
     [
-        ("{floor: 1.5}", "floor must be in [0, 1] (each weight is kept ≥ floor/T), got 1.5"),
-        ("{floor: .nan}", "floor must be in [0, 1] (each weight is kept ≥ floor/T), got nan"),
-        ("{floor: high}", "floor must be a number in [0, 1], got 'high'"),
-        ("{normalize: l1}", "lfmlf normalize must be one of none, l2, loss, loss+, got 'l1'"),
+        ("{floor: 1.5}", "option 'floor': Input should be less than or equal to 1 (got 1.5)"),
+        ("{floor: .nan}", "option 'floor': Input should be a finite number (got nan)"),
+        ("{floor: high}", "option 'floor': Input should be a valid number, unable to parse string as a number"),
+        ("{normalize: l1}", "option 'normalize': Input should be 'none', 'l2', 'loss' or 'loss+' (got 'l1')"),
     ],
 )
 def test_bad_lfmlf_options_are_one_line(monkeypatch, options, expected):
     with pytest.raises(ConfigError) as info:
         _load(monkeypatch, "weighting.method=lfmlf", f"weighting.options={options}")
     message = str(info.value)
-    assert "do not fit weighting 'lfmlf'" in message and expected in message and "\n" not in message
+    assert "weighting.options: weighting 'lfmlf', " in message and expected in message and "\n" not in message
 
 
 def test_register_weighting_makes_a_name(user_module, restored_registry, monkeypatch):
@@ -184,13 +183,16 @@ def test_register_weighting_refuses_what_it_cannot_select(restored_registry):
     class Clash(Weighting):
         name = "lfmlf"
 
+        def weigh(self, losses, gram):
+            return losses
+
     class Nameless(Weighting):
         pass
 
     class Colon(Weighting):
         name = "a:b"
 
-    with pytest.raises(ValueError, match="the name 'lfmlf' is taken by mtft.weighting.lfmlf.LFMLF"):
+    with pytest.raises(ValueError, match="weighting name 'lfmlf' is taken by mtft.weighting.lfmlf.LFMLF"):
         register_weighting(Clash)
     for cls in (Nameless, Colon):
         with pytest.raises(ValueError, match="needs a class attribute `name` without ':'"):

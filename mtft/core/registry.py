@@ -1,0 +1,172 @@
+"""One registry for every plug-in kind: adapter methods, weightings, study analyses, head kinds, task classes.
+
+A :class:`Registry` maps names to classes of one base class. Its rules are the same for every kind, as PEFT keeps
+one mapping of tuner classes and torchtune one ``_component_`` loader:
+
+- an entry is a class, or a lazy ``"module:Class"`` reference imported when first asked for (so that a run imports
+  only the plug-ins it uses);
+- a name taken by another class is refused (registering the same class again, e.g. on re-importing its module, is
+  a no-op); a name is a non-empty string without ``:``;
+- every class, registered or loaded, is checked to be a subclass of the registry's base;
+- where the kind allows it, a ``module:Class`` that is not registered is imported on demand (nothing to register);
+- every failure is one ValueError line, and an unknown name's lists the valid names.
+
+The base may itself be a lazy ``"module:Class"``, so that a registry in a low layer names a base class without
+importing it before it is needed.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable, Generic, Iterator, Mapping, Optional, TypeVar, Union
+
+T = TypeVar("T")
+Entry = Union[type, str]
+
+
+def qualified(entry: Entry) -> str:
+    """``module.Class`` of a class or of a lazy ``module:Class`` reference (the same for both)."""
+    return entry.replace(":", ".") if isinstance(entry, str) else f"{entry.__module__}.{entry.__qualname__}"
+
+
+def import_reference(reference: str) -> Any:
+    """The attribute ``reference`` (``package.module:Class``, or ``module:Outer.Inner``) names; one ValueError line
+    for a malformed reference, a module that cannot be imported (missing, missing one of its own imports, or failing
+    on import) or a missing attribute."""
+    module_name, _, attribute = reference.partition(":")
+    if not module_name or not attribute:
+        raise ValueError("expected module:Class, e.g. mypackage.mymodule:MyClass")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name is None or not (module_name == error.name or module_name.startswith(error.name + ".")):
+            raise ValueError(f"importing {module_name!r} needs {error.name!r}, which is not installed") from None
+        raise ValueError(f"cannot import {module_name!r} ({error})") from None
+    except Exception as error:  # the plug-in's own bug, on one line
+        raise ValueError(
+            f"cannot import {module_name!r}: {type(error).__name__}: {' '.join(str(error).split())[:200]}"
+        ) from None
+    found: Any = module
+    for part in attribute.split("."):
+        found = getattr(found, part, None)
+    if found is None:
+        raise ValueError(f"module {module_name!r} has no attribute {attribute!r}")
+    return found
+
+
+class Registry(Generic[T]):
+    """Named classes of one plug-in ``kind`` (a word for messages: "weighting", "adapter method"), all subclasses of
+    ``base``. ``by_path``: a ``module:Class`` not registered is loaded on demand. ``check``: a further test of a
+    class (returns why it is refused, or None)."""
+
+    def __init__(
+        self,
+        kind: str,
+        base: Union[type[T], str],
+        entries: Optional[Mapping[str, Entry]] = None,
+        by_path: bool = True,
+        check: Optional[Callable[[type[T]], Optional[str]]] = None,
+    ):
+        self.kind, self._base, self.by_path, self._check = kind, base, by_path, check
+        self._entries: dict[str, Entry] = {}
+        for name, entry in (entries or {}).items():
+            self.add(name, entry)
+
+    # -- registering --------------------------------------------------------------------------------------
+    def add(self, name: str, entry: Entry) -> None:
+        """Register ``entry`` (a class or ``module:Class``) as ``name``; ValueError on a name taken by another."""
+        if not isinstance(name, str) or not name or ":" in name:
+            raise ValueError(f"{self.kind} {qualified(entry)}: needs a name without ':', got {name!r}")
+        if not isinstance(entry, str):
+            try:
+                entry = self.checked(entry)
+            except ValueError as error:
+                raise ValueError(f"{self.kind} {name!r}: {error}") from None
+        taken = self._entries.get(name)
+        if taken is not None and qualified(taken) != qualified(entry):
+            raise ValueError(f"{self.kind} name {name!r} is taken by {qualified(taken)}")
+        if taken is None or isinstance(taken, str):
+            self._entries[name] = entry
+
+    def register(self, cls: type[T]) -> type[T]:
+        """Class decorator: register ``cls`` under its class attribute ``name``."""
+        if not (isinstance(cls, type) and issubclass(cls, self.base)):
+            raise ValueError(f"{self.kind}: {cls!r} is not a subclass of {qualified(self.base)}")
+        name = getattr(cls, "name", "")
+        if not isinstance(name, str) or not name or ":" in name:
+            raise ValueError(f"{self.kind} {qualified(cls)} needs a class attribute `name` without ':'")
+        self.add(name, cls)
+        return cls
+
+    # -- looking up ---------------------------------------------------------------------------------------
+    def get(self, name: str) -> type[T]:
+        """The class ``name`` selects: a registered name, or (``by_path``) ``module:Class``; one ValueError line."""
+        entry = self._entries.get(name)
+        if entry is None and not (self.by_path and ":" in name):
+            raise ValueError(f"unknown {self.kind} {name!r}; {self.valid()}")
+        try:
+            cls = self._load(entry if entry is not None else name)
+        except ValueError as error:
+            raise ValueError(f"{self.kind} {name!r}: {error}") from None
+        if entry is not None:
+            self._entries[name] = cls  # loaded once
+        return cls
+
+    def valid(self) -> str:
+        """The valid choices, as an error message ends."""
+        names = ", ".join(sorted(self._entries)) or "none registered"
+        path = f"; or module:Class, a {qualified(self.base)} subclass in an importable module" if self.by_path else ""
+        return f"valid choices: {names}{path}"
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def loaded(self) -> dict[str, type[T]]:
+        """Every registered class (imports the lazy ones)."""
+        return {name: self.get(name) for name in self.names()}
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __getitem__(self, name: str) -> type[T]:
+        if name not in self._entries:
+            raise KeyError(name)
+        return self.get(name)
+
+    def items(self) -> list[tuple[str, type[T]]]:
+        return list(self.loaded().items())
+
+    def snapshot(self) -> dict[str, Entry]:
+        """The entries as they are (for tests that register and then restore)."""
+        return dict(self._entries)
+
+    def restore(self, entries: Mapping[str, Entry]) -> None:
+        self._entries = dict(entries)
+
+    # -- the rules ----------------------------------------------------------------------------------------
+    @property
+    def base(self) -> type:
+        if isinstance(self._base, str):
+            self._base = import_reference(self._base)
+        return self._base
+
+    def _load(self, entry: Entry) -> type[T]:
+        if not isinstance(entry, str):
+            return entry
+        return self.checked(import_reference(entry))
+
+    def checked(self, found: Any) -> type[T]:
+        """``found`` if it is a class this registry accepts; one ValueError line saying why not otherwise."""
+        if not (isinstance(found, type) and issubclass(found, self.base)):
+            what = qualified(found) if isinstance(found, type) else repr(found)
+            raise ValueError(f"{what} is not a subclass of {qualified(self.base)}")
+        why = self._check(found) if self._check is not None else None
+        if why is not None:
+            raise ValueError(f"{qualified(found)} {why}")
+        return found

@@ -1,0 +1,139 @@
+"""One registry's rules over every plug-in kind (as PEFT's contract tests run one table over every tuner): a name
+taken by another class is refused, a ``module:Class`` entry is imported only when asked for, the base class is
+checked, and an unknown name's error lists the valid names."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+
+from mtft.adapters import METHODS
+from mtft.core.registry import Registry
+from mtft.study.analyses import REGISTRY as ANALYSES
+from mtft.tasks.declarative import TASK_PLUGINS
+from mtft.tasks.kinds import HEAD_CLASSES, TASK_CLASSES, register_kind
+from mtft.weighting import WEIGHTINGS
+
+# kind -> (its registry, the module and class of its base)
+KINDS = {
+    "adapter method": (METHODS, "mtft.adapters.base", "AdapterMethod"),
+    "weighting": (WEIGHTINGS, "mtft.weighting.base", "Weighting"),
+    "analysis": (ANALYSES, "mtft.study.analyses", "StudyAnalysis"),
+    "head kind (task)": (TASK_CLASSES, "mtft.tasks.base", "Task"),
+    "head kind (head)": (HEAD_CLASSES, "mtft.models.heads", "Head"),
+    "task file class": (TASK_PLUGINS, "mtft.tasks.base", "Task"),
+}
+PLUGIN = """
+from {module} import {base}
+
+
+class Plugin({base}):
+    name = "plugin_{n}"
+
+    def weigh(self, losses, gram):  # a weighting must implement it; harmless elsewhere
+        return losses
+
+
+class Other({base}):
+    name = "plugin_{n}"
+
+    def weigh(self, losses, gram):
+        return losses
+
+
+class NotPlugin:
+    pass
+"""
+
+
+@pytest.fixture(params=sorted(KINDS))
+def kind(request, tmp_path, monkeypatch):
+    """(registry, the plug-in module's name): the registry restored afterwards, the module importable, not imported."""
+    registry, module, base = KINDS[request.param]
+    n = sorted(KINDS).index(request.param)
+    name = f"mtft_test_plugins_{n}"
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(PLUGIN.format(module=module, base=base, n=n)))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    saved = registry.snapshot()
+    yield registry, name
+    registry.restore(saved)
+    sys.modules.pop(name, None)
+
+
+def test_every_plug_in_kind_has_a_registry():
+    assert all(isinstance(registry, Registry) for registry, _, _ in KINDS.values())
+
+
+def test_a_module_class_entry_is_imported_only_when_asked_for(kind):
+    registry, module = kind
+    registry.add("lazy_plugin", f"{module}:Plugin")
+    assert "lazy_plugin" in registry and module not in sys.modules
+    cls = registry.get("lazy_plugin")
+    assert cls.__name__ == "Plugin" and cls.__module__ == module and registry.get("lazy_plugin") is cls
+
+
+def test_a_name_taken_by_another_class_is_refused_and_the_same_class_again_is_not(kind):
+    registry, module = kind
+    registry.add("clash", f"{module}:Plugin")
+    registry.add("clash", f"{module}:Plugin")  # the same class again (e.g. its module re-imported): a no-op
+    registry.register(registry.get("clash"))  # by its `name` attribute, as a decorator does
+    with pytest.raises(ValueError, match=rf"name 'clash' is taken by {module}\.Plugin$"):
+        registry.add("clash", f"{module}:Other")
+    assert registry.get("clash").__name__ == "Plugin"
+    existing = next(name for name in registry.names() if name != "clash")
+    with pytest.raises(ValueError, match="is taken by"):
+        registry.add(existing, f"{module}:Other")
+
+
+def test_the_base_class_is_checked_for_every_entry(kind):
+    registry, module = kind
+    base = registry.base.__name__
+    registry.add("not_a_plugin", f"{module}:NotPlugin")  # lazy: checked when loaded
+    with pytest.raises(ValueError, match=rf"'not_a_plugin': {module}\.NotPlugin is not a subclass of .*\.{base}$"):
+        registry.get("not_a_plugin")
+    with pytest.raises(ValueError, match=rf"is not a subclass of .*\.{base}$"):
+        registry.add("eager", dict)
+    with pytest.raises(ValueError, match="is not a subclass"):
+        registry.register(dict)  # type: ignore[arg-type]
+    if registry.by_path:
+        with pytest.raises(ValueError, match=rf"{module}\.NotPlugin is not a subclass"):
+            registry.get(f"{module}:NotPlugin")
+        assert registry.get(f"{module}:Plugin").__name__ == "Plugin"  # nothing to register
+
+
+def test_an_unknown_name_is_one_line_listing_the_valid_names(kind):
+    registry, module = kind
+    registry.add("known_one", f"{module}:Plugin")
+    with pytest.raises(ValueError) as error:
+        registry.get("nonesuch")
+    message = str(error.value)
+    assert message.startswith(f"unknown {registry.kind} 'nonesuch'; valid choices: ") and "\n" not in message
+    assert all(name in message for name in registry.names()) and "known_one" in message
+
+
+@pytest.mark.parametrize("name", ["", "a:b"])
+def test_a_name_is_non_empty_without_a_colon(kind, name):
+    registry, module = kind
+    with pytest.raises(ValueError, match="needs a name without ':'"):
+        registry.add(name, f"{module}:Plugin")
+
+
+def test_a_head_kind_registers_both_halves_or_neither():
+    saved = TASK_CLASSES.snapshot(), HEAD_CLASSES.snapshot()
+    try:
+        with pytest.raises(ValueError, match="name 'regression' is taken by mtft.models.regression_head"):
+            register_kind("regression", "mtft.tasks.regression:RegressionTask", "mtft.models.heads:Head")
+        HEAD_CLASSES.add("half", "mtft.models.heads:Head")  # the head half taken, the task half free
+        with pytest.raises(ValueError, match="name 'half' is taken by mtft.models.heads.Head"):
+            register_kind("half", "mtft.tasks.base:Task", "mtft.models.heads:SequenceClassificationHead")
+        assert "half" not in TASK_CLASSES  # rolled back
+        register_kind("my_kind", "mtft.tasks.base:Task", "mtft.models.heads:SequenceClassificationHead")
+        assert TASK_CLASSES.get("my_kind").__name__ == "Task" and "my_kind" in HEAD_CLASSES
+        with pytest.raises(ValueError, match="is taken"):
+            register_kind("my_kind", "mtft.tasks.base:Task", "mtft.models.heads:Head")
+        assert HEAD_CLASSES.get("my_kind").__name__ == "SequenceClassificationHead"
+    finally:
+        TASK_CLASSES.restore(saved[0])
+        HEAD_CLASSES.restore(saved[1])
