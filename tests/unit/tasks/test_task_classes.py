@@ -71,7 +71,7 @@ def test_a_name_that_is_not_a_module_is_refused_before_anything_runs(tmp_path, r
     refused = r"task file .*sentiment.yaml: class .*(must be '<module>:<Class>'|No module named)"
     with pytest.raises(ConfigError, match=refused):
         load_task_file(path)
-    assert not marker.exists() and not any("outside" in name for name in sys.modules)
+    assert not marker.exists() and not any(name.rsplit(".", 1)[-1] == "outside" for name in sys.modules)
 
 
 def test_missing_modules_and_wrong_classes_are_refused(tmp_path):

@@ -308,7 +308,7 @@ def test_task_file_metric_must_fit_its_kind(tmp_path):
     )
     with pytest.raises(
         ConfigError,
-        match=r"unknown head 'parsing'; valid heads: candidate_scoring, "
+        match=r"unknown head 'parsing'; valid choices: candidate_scoring, "
         r"multiple_choice, question_answering, regression, "
         r"sequence_classification, token_classification",
     ):
