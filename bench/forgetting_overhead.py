@@ -8,7 +8,7 @@ bounds and the second-order prediction every ``forgetting.every_steps`` (its def
 alternating A/B so that load
 on the machine hits both alike. λ_p and the pre-trained backbone come from the cache (a warm-up run fills it:
 λ_p is computed once per checkpoint, not per run). "training" is the loop plus the monitors' final
-measurement (``Run._train`` + ``monitor.end``); "run" is everything ``Run.execute`` does. Prints the ratios.
+measurement (``Training._train`` + ``monitor.end``); "run" is everything ``Run.execute`` does. Prints the ratios.
 """
 
 from __future__ import annotations
@@ -37,15 +37,15 @@ def main() -> int:
     from mtft.config import load_config
     from mtft.config.schema import ForgettingSection
     from mtft.forgetting.monitor import ForgettingMonitor
-    from mtft.training.trainer import Run
+    from mtft.training.trainer import Run, Training
 
     timings: dict[str, list[float]] = {}
     current = {"label": None, "loop": 0.0}
-    original_train, original_end = Run._train, ForgettingMonitor.end
+    original_train, original_end = Training._train, ForgettingMonitor.end
 
-    def timed_train(self):
+    def timed_train(self, signals):
         start = time.perf_counter()
-        original_train(self)
+        original_train(self, signals)
         current["loop"] += time.perf_counter() - start
 
     def timed_end(self, step):
@@ -53,7 +53,7 @@ def main() -> int:
         original_end(self, step)
         current["loop"] += time.perf_counter() - start
 
-    Run._train, ForgettingMonitor.end = timed_train, timed_end
+    Training._train, ForgettingMonitor.end = timed_train, timed_end
     extra = (
         ["model.adapter.method=full", "training.optimizer.lr=1e-3", "model.dropout=0.1"]
         if args.method == "full"

@@ -33,7 +33,7 @@ import torch
 from mtft.adapters import build_method
 from mtft.config.deepspeed import zero_stage
 from mtft.config.paths import cache_dir
-from mtft.config.schema import RunConfig
+from mtft.config.schema import ModelSection, RunConfig
 from mtft.forgetting.corpus import MlmEvalSet, build_eval_set, corpus_languages
 from mtft.forgetting.head_fit import fitted_head
 from mtft.forgetting.hessian import EigenResult, LpObjective, top_eigenvalue
@@ -51,12 +51,12 @@ class ForgettingSetup:
     """What the monitors need that can fail on bad input, prepared before the run directory is written."""
 
     eval_set: MlmEvalSet
-    model_config: RunConfig  # with model.backbone resolved (the pre-trained checkpoint of a pretrain prelude)
+    model: ModelSection  # config.model with its backbone resolved (pre-trained by the prelude, re-trained by SURT)
     mlm_model: Optional[torch.nn.Module] = None  # the backbone as a masked-LM (None: a fresh head on the encoder)
     lp_head: str = FRESH_HEAD  # how L_p's masked-LM head was obtained, for the log and the report
 
 
-def prepare_forgetting(config: RunConfig, model_config: RunConfig, data) -> Optional[ForgettingSetup]:
+def prepare_forgetting(config: RunConfig, model: ModelSection, data) -> Optional[ForgettingSetup]:
     """Load the monitors' corpus and masked-LM head (what the DeepSpeed configuration rules out was refused by
     :func:`mtft.config.deepspeed.check_forgetting` before DeepSpeed started); ``None`` when they are off."""
     cfg = config.forgetting
@@ -73,13 +73,12 @@ def prepare_forgetting(config: RunConfig, model_config: RunConfig, data) -> Opti
         )
     languages = corpus_languages(config, [lang for td in data.tasks.values() for lang in td.languages])
     eval_set = build_eval_set(config, data.tokenizer, languages, config.data.max_length)
-    return ForgettingSetup(eval_set, model_config, *masked_lm_for_lp(config, model_config, data.tokenizer, languages))
+    return ForgettingSetup(eval_set, model, *masked_lm_for_lp(config, model, data.tokenizer, languages))
 
 
-def masked_lm_for_lp(config: RunConfig, model_config: RunConfig, tokenizer, languages) -> tuple[Optional[Any], str]:
+def masked_lm_for_lp(config: RunConfig, model: ModelSection, tokenizer, languages) -> tuple[Optional[Any], str]:
     """The backbone as a masked-LM and how its head was obtained: the checkpoint's own, fitted to θ_p when the
     checkpoint has none (:mod:`mtft.forgetting.head_fit`), or fresh on the untrained tiny encoder."""
-    model = model_config.model
     if model.backbone == "tiny":
         return None, FRESH_HEAD
     mlm_model, head_missing = load_mlm_checkpoint(model.backbone, model.revision, model.trust_remote_code)
@@ -125,7 +124,7 @@ class ForgettingMonitor:
         self.engine, self.is_main, self.run_dir = engine, is_main, run_dir
         self.eval_set = setup.eval_set
         self.device = engine.device
-        model = setup.model_config.model
+        model = setup.model
         self.backbone = model.backbone
         encoder = engine.module.encoder
         # under ZeRO-3 the monitors measure a whole copy, refreshed after every step (mtft.forgetting.replica)

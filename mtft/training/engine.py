@@ -1,22 +1,55 @@
-"""Build the DeepSpeed engine: optimizer, schedule, and the DeepSpeed config from the run config.
+"""Build the DeepSpeed engine from what it needs: an :class:`EngineSpec` (optimizer, schedule, DeepSpeed JSON).
 
 The run config owns batch sizes, accumulation, clipping and precision; the DeepSpeed JSON owns ZeRO and
-communication settings. A key set in both places is an error rather than a silent precedence rule.
+communication settings. A key set in both places is an error rather than a silent precedence rule. Each stage
+builds its spec with one function -- :func:`finetuning_engine` (``training`` and the step's batch plan) and
+:func:`masked_lm_engine` (``pretrain``'s optimizer and schedule, one micro-batch per step) -- so neither stage
+dresses its settings up as the other's.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from transformers import get_scheduler
 
 from mtft.config.deepspeed import read_deepspeed_json, use_bf16
-from mtft.config.schema import RunConfig
+from mtft.config.schema import OptimizerSection, RunConfig, SchedulerSection, TrainingSection
 from mtft.core.errors import ConfigError
 
 
+@dataclass(frozen=True)
+class EngineSpec:
+    """Everything :func:`initialize` builds an engine from."""
+
+    optimizer: OptimizerSection
+    scheduler: SchedulerSection
+    max_steps: int  # the schedule's length
+    deepspeed: dict[str, Any]  # the DeepSpeed JSON with the batch plan, clipping and precision filled in
+
+
+def finetuning_engine(config: RunConfig, world_size: int) -> EngineSpec:
+    """The fine-tuning run's engine: ``training``'s optimizer and schedule, :func:`deepspeed_config`'s JSON."""
+    training = config.training
+    return EngineSpec(training.optimizer, training.scheduler, training.max_steps, deepspeed_config(config, world_size))
+
+
+def masked_lm_engine(config: RunConfig, optimizer: OptimizerSection, steps: int, world_size: int) -> EngineSpec:
+    """A masked-LM stage's engine (pre-training, SURT): ``optimizer`` (``pretrain``'s, or SURT's learning rate in
+    it), ``pretrain``'s schedule over ``steps``, one micro-batch of ``pretrain.micro_batch_size`` per step; the
+    DeepSpeed JSON, clipping and precision of ``training``."""
+    training = config.training
+    ds = _filled(
+        read_deepspeed_json(training.deepspeed_config), training, config.pretrain.micro_batch_size, 1, world_size
+    )
+    return EngineSpec(optimizer, config.pretrain.scheduler, steps, ds)
+
+
 def deepspeed_config(config: RunConfig, world_size: int) -> dict[str, Any]:
+    """The fine-tuning run's DeepSpeed JSON. A step that forms per-objective gradients accumulates the
+    micro-batches itself and hands DeepSpeed one combined gradient: its micro-batches are folded into one."""
     training = config.training
     ds = read_deepspeed_json(training.deepspeed_config)
     micro, accumulation = training.micro_batch_size, training.gradient_accumulation_steps
@@ -29,8 +62,14 @@ def deepspeed_config(config: RunConfig, world_size: int) -> dict[str, Any]:
                 f"read; use weighting.metric=euclidean, or ZeRO stage 0, 1 or 2 (not 3, from "
                 f"{training.deepspeed_config})"
             )
-        # The Gram step accumulates the micro-batches itself and hands DeepSpeed one combined gradient.
         micro, accumulation = micro * accumulation, 1
+    return _filled(ds, training, micro, accumulation, world_size)
+
+
+def _filled(
+    ds: dict[str, Any], training: TrainingSection, micro: int, accumulation: int, world_size: int
+) -> dict[str, Any]:
+    """``ds`` (a DeepSpeed JSON) with the batch plan, ``training``'s clipping and precision filled in."""
     ds.update(
         train_micro_batch_size_per_gpu=micro,
         gradient_accumulation_steps=accumulation,
@@ -44,8 +83,7 @@ def deepspeed_config(config: RunConfig, world_size: int) -> dict[str, Any]:
     return ds
 
 
-def build_optimizer(model: torch.nn.Module, config: RunConfig) -> torch.optim.Optimizer:
-    opt = config.training.optimizer
+def build_optimizer(model: torch.nn.Module, opt: OptimizerSection) -> torch.optim.Optimizer:
     decay, no_decay = [], []
     for param in model.parameters():
         if param.requires_grad:
@@ -57,19 +95,18 @@ def build_optimizer(model: torch.nn.Module, config: RunConfig) -> torch.optim.Op
     return torch.optim.SGD(groups, lr=opt.lr, momentum=opt.momentum, nesterov=opt.nesterov)
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, config: RunConfig):
-    sched, steps = config.training.scheduler, config.training.max_steps
+def build_scheduler(optimizer: torch.optim.Optimizer, sched: SchedulerSection, steps: int):
     warmup = sched.warmup_steps if sched.warmup_steps is not None else int(sched.warmup_ratio * steps)
     name = "constant_with_warmup" if sched.name == "constant" else sched.name
     return get_scheduler(name, optimizer, num_warmup_steps=warmup, num_training_steps=steps)
 
 
-def initialize(model: torch.nn.Module, config: RunConfig, world_size: int):
+def initialize(model: torch.nn.Module, spec: EngineSpec):
     import deepspeed
 
-    optimizer = build_optimizer(model, config)
-    scheduler = build_scheduler(optimizer, config)
+    optimizer = build_optimizer(model, spec.optimizer)
+    scheduler = build_scheduler(optimizer, spec.scheduler, spec.max_steps)
     engine, _, _, _ = deepspeed.initialize(
-        model=model, optimizer=optimizer, lr_scheduler=scheduler, config=deepspeed_config(config, world_size)
+        model=model, optimizer=optimizer, lr_scheduler=scheduler, config=spec.deepspeed
     )
     return engine

@@ -167,9 +167,7 @@ class GramWeightedStep:
             extras["weighting_s"] = time.perf_counter() - solve_start
         except SolverInputError as error:  # a NaN/inf Gram: skip the step on every rank alike
             self.steps += 1
-            extras.update(skipped=1.0)
-            self.skip_reason = str(error)
-            return StepResult(losses, counts, weights, float("nan"), examples, extras)
+            return StepResult(losses, counts, weights, float("nan"), examples, extras, skipped=str(error))
         w = np.asarray(w, dtype=np.float64)
         if not np.isfinite(w).all():  # applied, it would turn every trainable weight into NaN
             raise Diverged(
@@ -190,7 +188,7 @@ class GramWeightedStep:
         self.engine.step()
         self.steps += 1
         extras.update(self.weighting.state())
-        first_order = None
+        first_order, cosines = None, None
         if before is not None:
             with self._gathered():
                 first_order = gradients.dot({p: p.detach() - value for p, value in before.items()}) * scale
@@ -199,10 +197,12 @@ class GramWeightedStep:
         if sub is not None and gram is not None:
             extras.update(_gram_summary(sub, np.asarray(w, dtype=np.float64)))
             if self.cosine_every and self.steps % self.cosine_every == 0:
-                self.last_cosines = _cosines(gram.numpy(), present.numpy())
+                cosines = _cosines(gram.numpy(), present.numpy())
         extras["step_s"] = time.perf_counter() - start
         loss = float((weights[present] * losses[present]).sum())
-        return StepResult(losses, counts, weights, loss, examples, extras, first_order)
+        return StepResult(
+            losses, counts, weights, loss, examples, extras, first_order, weighting_row=True, cosines=cosines
+        )
 
     def _forward(self, batch: dict[str, torch.Tensor]):
         """The model's per-objective loss sums and counts, with no ordinary weight gradient in the graph: on

@@ -29,7 +29,7 @@ import torch
 from transformers import AutoModelForMaskedLM
 
 from mtft.config.paths import cache_dir
-from mtft.config.schema import RunConfig, WeightingSection
+from mtft.config.schema import ModelSection, OptimizerSection, RunConfig
 from mtft.core.atomic import AtomicFolder, write_json
 from mtft.core.distributed import ProcessInfo, barrier, init_distributed
 from mtft.core.errors import ConfigError
@@ -43,7 +43,7 @@ from mtft.models.tokenizer import load_backbone_tokenizer, tiny_tokenizer
 from mtft.reporting.logs import MetricsLog, add_file_log, held_log_lines, logger, setup_console_logging
 from mtft.tasks.base import DatasetRef
 from mtft.training import checkpoint as ckpt
-from mtft.training.engine import initialize
+from mtft.training.engine import initialize, masked_lm_engine
 from mtft.training.rundir import create_run_dir
 from mtft.training.stage_cache import from_cache_or_fill, stage_key
 
@@ -60,12 +60,15 @@ class Pretraining:
         proc: ProcessInfo,
         task_texts: Sequence[str] = (),
         training_texts: Optional[Sequence[str]] = None,
+        optimizer: Optional[OptimizerSection] = None,
     ):
         """``task_texts``: the fine-tuning tasks' texts, which a tiny tokenizer's vocabulary covers too (a real
         encoder's vocabulary covers the task's text; one trained on the generic corpus alone splits a NER task's
         names into characters). ``training_texts``: train on these instead of the corpus (SURT, mtft/training/
-        surt.py): no corpus is read, L_p is not evaluated, and the backbone must bring its own masked-LM head."""
+        surt.py): no corpus is read, L_p is not evaluated, and the backbone must bring its own masked-LM head.
+        ``optimizer``: in place of ``pretrain.optimizer`` (SURT's learning rate)."""
         self.config, self.languages, self.proc = config, languages, proc
+        self.optimizer = optimizer or config.pretrain.optimizer
         self.retraining = training_texts is not None
         p = config.pretrain
         self.block_size = p.block_size or config.data.max_length
@@ -128,20 +131,7 @@ class Pretraining:
         steps = self.steps_for(tokens)
         self.schedule_steps = steps  # the schedule this run anneals over, recorded with each checkpoint
         model = self.new_model()
-        training = self.config.training.model_copy(
-            update={
-                "optimizer": p.optimizer,
-                "scheduler": p.scheduler,
-                "max_steps": steps,
-                "micro_batch_size": p.micro_batch_size,
-                "gradient_accumulation_steps": 1,
-            }
-        )
-        engine = initialize(
-            model,
-            self.config.model_copy(update={"training": training, "weighting": WeightingSection()}),
-            proc.world_size,
-        )
+        engine = initialize(model, masked_lm_engine(self.config, self.optimizer, steps, proc.world_size))
         engine.train()
         torch.manual_seed(self.config.pretrain.seed + 1 + proc.rank)  # masking and dropout stream of this rank
         collator = masking_collator(self.tokenizer, self.config.corpus.mlm_probability)
@@ -262,11 +252,11 @@ def _corpus_digest(config: RunConfig, languages: list[str]) -> str:
     return digest.hexdigest()
 
 
-def pretrained_backbone(config: RunConfig, proc: ProcessInfo) -> RunConfig:
-    """``config`` itself, or -- with ``pretrain.before_finetune`` -- a copy whose ``model.backbone`` is the
-    pre-trained checkpoint, taken from the cache or pre-trained now (every rank trains, rank 0 writes)."""
+def pretrained_backbone(config: RunConfig, proc: ProcessInfo) -> ModelSection:
+    """``config.model``, or -- with ``pretrain.before_finetune`` -- a copy whose ``backbone`` is the pre-trained
+    checkpoint, taken from the cache or pre-trained now (every rank trains, rank 0 writes)."""
     if not config.pretrain.before_finetune:
-        return config
+        return config.model
     quiet_progress()
     languages = config.corpus.languages or task_languages(config)
     texts = tiny_task_texts(config)
@@ -274,8 +264,7 @@ def pretrained_backbone(config: RunConfig, proc: ProcessInfo) -> RunConfig:
     from_cache_or_fill(
         folder, proc, "pre-trained backbone", lambda: _pretrain_into(config, languages, folder, proc, texts)
     )
-    model = config.model.model_copy(update={"backbone": str(folder), "revision": None})
-    return config.model_copy(update={"model": model})
+    return config.model.model_copy(update={"backbone": str(folder), "revision": None})
 
 
 def tiny_task_texts(config: RunConfig) -> list[str]:

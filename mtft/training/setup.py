@@ -10,7 +10,7 @@ import yaml
 
 from mtft.adapters import AdapterMethod, build_method
 from mtft.config.paths import cache_dir
-from mtft.config.schema import RunConfig
+from mtft.config.schema import ModelSection, RunConfig
 from mtft.core.atomic import AtomicFolder, marker
 from mtft.core.errors import ConfigError
 from mtft.data.pipeline import PreparedData
@@ -26,16 +26,18 @@ from mtft.training import checkpoint as ckpt
 _RESUME_FREE_KEYS = {("run", "resume"), ("run", "overwrite"), ("logging", "progress_bar")}
 
 
-def make_tokenizer_factory(config: RunConfig):
-    model = config.model
+def make_tokenizer_factory(config: RunConfig, model: Optional[ModelSection] = None):
+    """``model``: the model section fine-tuning starts from (``config.model`` with its backbone resolved)."""
+    model = model or config.model
     if model.backbone == "tiny":
         return lambda texts: tiny_tokenizer(texts, model.tiny.vocab_size, cache_dir(config))
     return lambda texts: load_backbone_tokenizer(model.backbone, model.revision, model.trust_remote_code)
 
 
-def build_model(config: RunConfig, data: PreparedData) -> MultiTaskModel:
+def build_model(config: RunConfig, data: PreparedData, model: Optional[ModelSection] = None) -> MultiTaskModel:
+    """``model``: the model section fine-tuning starts from (``config.model`` with its backbone resolved)."""
     # the backbone's weights follow pretrain.seed; everything fine-tuning initialises follows run.seed
-    encoder = build_encoder(config.model, data.tokenizer, config.data.longest_row, config.pretrain.seed)
+    encoder = build_encoder(model or config.model, data.tokenizer, config.data.longest_row, config.pretrain.seed)
     torch.manual_seed(config.run.seed)
     method = build_method(config.model.adapter)
     if method.routing == "objective":

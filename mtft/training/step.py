@@ -24,7 +24,7 @@ from mtft.weighting import Weighting
 
 @dataclass
 class StepResult:
-    """What one optimizer step did, for logs."""
+    """What one optimizer step did: everything the loop logs and decides on, whatever the step's kind."""
 
     losses: torch.Tensor  # (T,) global mean loss per objective over the step (nan where absent)
     counts: torch.Tensor  # (T,) global loss units per objective
@@ -35,6 +35,22 @@ class StepResult:
     # (T,) first-order change g_tᵀΔθ of each objective's loss under the applied update (nan where absent), when
     # the step measured it (weighting.descent_check)
     first_order: Optional[torch.Tensor] = None
+    skipped: Optional[str] = None  # why no update was applied (e.g. a NaN Gram); the loop logs it and goes on
+    weighting_row: bool = False  # log the weights (and extras: ||d||², the certificate, g_tᵀΔθ) every step
+    cosines: Optional[list[list[Optional[float]]]] = None  # the objectives' gradient cosines, when formed
+
+    def rows(self, names: list[str]) -> list[tuple[str, dict]]:
+        """The step's own rows of metrics.jsonl (kind, values), beside the train window's: the weighting's and the
+        cosines'."""
+        rows: list[tuple[str, dict]] = []
+        if self.weighting_row:
+            values: dict = {f"weight/{n}": w for n, w in zip(names, self.weights.tolist())}
+            if self.first_order is not None:
+                values.update({f"first_order/{n}": c for n, c in zip(names, self.first_order.tolist())})
+            rows.append(("weighting", {**values, **self.extras}))
+        if self.cosines is not None:
+            rows.append(("cosines", {"objectives": names, "matrix": self.cosines}))
+        return rows
 
 
 class LossWeightedStep:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 from mtft.config.paths import cache_dir
-from mtft.config.schema import RunConfig
+from mtft.config.schema import ModelSection, OptimizerSection, RunConfig
 from mtft.core.distributed import ProcessInfo
 from mtft.data.pipeline import task_training_texts
 from mtft.reporting.logs import logger
@@ -27,26 +27,23 @@ from mtft.training.stage_cache import from_cache_or_fill, stage_key
 SURT_VERSION = "1"  # bump when re-training changes what it produces, to invalidate cached checkpoints
 
 
-def surt_settings(config: RunConfig) -> RunConfig:
-    """``config`` with the pretrain section SURT trains with: its lr replaced by ``stability.surt.lr`` if set."""
-    surt, pretrain = config.stability.surt, config.pretrain
-    if surt.lr is None:
-        return config
-    optimizer = pretrain.optimizer.model_copy(update={"lr": surt.lr})
-    return config.model_copy(update={"pretrain": pretrain.model_copy(update={"optimizer": optimizer})})
+def surt_optimizer(config: RunConfig) -> OptimizerSection:
+    """The optimizer SURT trains with: ``pretrain.optimizer``, its lr replaced by ``stability.surt.lr`` if set."""
+    optimizer, lr = config.pretrain.optimizer, config.stability.surt.lr
+    return optimizer if lr is None else optimizer.model_copy(update={"lr": lr})
 
 
 def surt_key(config: RunConfig, texts: Sequence[str], world_size: int = 1) -> str:
     """A hash of everything that determines the re-trained checkpoint: the backbone (Hub id and revision, or a local
     folder's content), the texts, the SURT and masked-LM settings, precision, clipping, processes and ZeRO stage."""
-    config = surt_settings(config)
     p = config.pretrain
+    mlm = p.model_dump(mode="json", include={"seed", "block_size", "micro_batch_size", "scheduler"})
     parts = {
         "version": SURT_VERSION,
         "backbone": _backbone_identity(config),
         "texts": hashlib.sha256("\0".join(texts).encode()).hexdigest(),
         "surt": config.stability.surt.model_dump(mode="json"),
-        "mlm": p.model_dump(mode="json", include={"seed", "block_size", "micro_batch_size", "optimizer", "scheduler"}),
+        "mlm": {**mlm, "optimizer": surt_optimizer(config).model_dump(mode="json")},
         "block_size": p.block_size or config.data.max_length,
         "mlm_probability": config.corpus.mlm_probability,
     }
@@ -65,25 +62,23 @@ def _backbone_identity(config: RunConfig) -> dict:
     return identity
 
 
-def surt_backbone(config: RunConfig, proc: ProcessInfo) -> RunConfig:
-    """``config`` itself, or -- with ``stability.surt.enabled`` -- a copy whose ``model.backbone`` is the backbone
-    re-trained on the tasks' training text, from the cache or re-trained now (every rank trains, rank 0 writes).
-    ``config.model.backbone`` is what fine-tuning would start from (after ``pretrain.before_finetune``)."""
+def surt_backbone(config: RunConfig, model: ModelSection, proc: ProcessInfo) -> ModelSection:
+    """``model`` (what fine-tuning would start from, after ``pretrain.before_finetune``) itself, or -- with
+    ``stability.surt.enabled`` -- a copy whose ``backbone`` is ``model``'s re-trained on the tasks' training text,
+    from the cache or re-trained now (every rank trains, rank 0 writes)."""
     if not config.stability.surt.enabled:
-        return config
+        return model
     quiet_progress()
+    config = config.model_copy(update={"model": model})  # the masked-LM stage trains this backbone
     texts = task_training_texts(config)
     folder = cache_dir(config) / "surt" / surt_key(config, texts, proc.world_size)
-    from_cache_or_fill(
-        folder, proc, "SURT: re-trained backbone", lambda: _retrain_into(surt_settings(config), texts, folder, proc)
-    )
-    model = config.model.model_copy(update={"backbone": str(folder), "revision": None})
-    return config.model_copy(update={"model": model})
+    from_cache_or_fill(folder, proc, "SURT: re-trained backbone", lambda: _retrain_into(config, texts, folder, proc))
+    return model.model_copy(update={"backbone": str(folder), "revision": None})
 
 
 def _retrain_into(config: RunConfig, texts: list[str], folder: Path, proc: ProcessInfo) -> None:
     """Re-train the backbone on the tasks' training text into the cache entry ``folder``."""
-    pre = Pretraining(config, [], proc, training_texts=texts)
+    pre = Pretraining(config, [], proc, training_texts=texts, optimizer=surt_optimizer(config))
     tokens = config.stability.surt.tokens
     logger.info(
         f"SURT: re-training the backbone ({config.model.backbone}) with masked-LM on the tasks' training text "

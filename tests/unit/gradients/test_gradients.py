@@ -175,8 +175,24 @@ def test_refused_gram_skips_the_step(tmp_path):
     before = [p.detach().clone() for p in params]
     step = GramWeightedStep(FakeEngine(model), FixedGramWeighting(fail=True), 3, 1, shared=params)
     result = step([make_batch(tok, **MIXED)])
-    assert result.extras["skipped"] == 1.0 and "NaN/inf" in step.skip_reason
+    assert "NaN/inf" in result.skipped and result.rows(["a", "b", "c"]) == []  # the loop logs the skip alone
     assert all(p.grad is None for p in params) and all(torch.equal(p, b) for p, b in zip(params, before))
+
+
+def test_the_step_result_carries_the_rows_the_loop_logs(tmp_path):
+    """Every step kind returns a StepResult that says what to log (issue 30): the Gram step its weighting row every
+    step and the cosines when formed, the loss-weighted step none -- the loop never asks a step what it is."""
+    model, tok = tiny_model(tmp_path)
+    params = [p for p in model.parameters() if p.requires_grad]
+    names = ["a", "b", "c"]
+    gram = GramWeightedStep(FakeEngine(model), FixedGramWeighting(), 3, 1, shared=params, cosine_every=2)
+    first, second = gram([make_batch(tok, **MIXED)]), gram([make_batch(tok, **MIXED)])
+    assert [kind for kind, _ in first.rows(names)] == ["weighting"] and first.skipped is None
+    weighting, cosines = second.rows(names)
+    assert set(weighting[1]) >= {"weight/a", "weight/b", "weight/c", "d_norm_sq", "stationarity"}
+    assert cosines[0] == "cosines" and cosines[1]["objectives"] == names and len(cosines[1]["matrix"]) == 3
+    plain = LossWeightedStep(FakeEngine(model), MeanWeighting(), 3, 1)([make_batch(tok, **MIXED)])
+    assert plain.rows(names) == [] and plain.skipped is None
 
 
 def test_unsupported_trainable_modules_are_named(tmp_path):

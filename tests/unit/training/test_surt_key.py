@@ -8,7 +8,7 @@ import pytest
 
 from mtft.config import validate_config
 from mtft.core.errors import ConfigError
-from mtft.training.surt import surt_key, surt_settings
+from mtft.training.surt import surt_key, surt_optimizer
 
 TEXTS = ["The cat sat.", "A dog barked."]
 
@@ -59,10 +59,15 @@ def test_surt_lr_replaces_the_pretrain_peak_rate_only():
     cfg = config(
         stability={"surt": {"enabled": True, "lr": 2e-5}}, pretrain={"optimizer": {"name": "adamw", "lr": 5e-4}}
     )
-    trained = surt_settings(cfg).pretrain
-    assert trained.optimizer.lr == 2e-5 and trained.optimizer.name == "adamw"
-    assert trained.scheduler == cfg.pretrain.scheduler
-    assert surt_settings(config()).pretrain == config().pretrain
+    assert surt_optimizer(cfg) == cfg.pretrain.optimizer.model_copy(update={"lr": 2e-5})
+    assert surt_optimizer(config()) == config().pretrain.optimizer
+
+
+def test_the_key_is_that_of_before_the_optimizer_was_passed_whole():
+    """SURT's optimizer reaches the engine directly now (issue 30), no longer through a copy of the pretrain
+    section; the cached checkpoints stay valid: the keys are those the copy gave (computed at f8af9df)."""
+    assert surt_key(config(stability={"surt": {"enabled": True, "lr": 2e-5}}), TEXTS) == "37a0421815f38c2147f28dc9"
+    assert surt_key(config(), TEXTS) == "055fef67ad5de27b1fa38c10"
 
 
 def test_surt_on_a_random_tiny_encoder_is_refused():

@@ -1,0 +1,161 @@
+"""A fine-tuning run's build step: every part the loop needs, built whole and checked before the loop starts.
+
+:func:`build_run` resolves the backbone (``pretrain.before_finetune``, then SURT), prepares the data (rank 0 first),
+builds the model, the weighting and its step, the DeepSpeed engine, the sampler and the forgetting monitor, and
+writes the run directory only after every input was accepted: a bad backbone or adapter writes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Optional
+
+import datasets
+import numpy as np
+import torch
+
+from mtft.adapters import build_method, parameter_table
+from mtft.config.schema import ModelSection, RunConfig
+from mtft.core.atomic import recover
+from mtft.core.distributed import ProcessInfo, barrier
+from mtft.core.errors import ConfigError
+from mtft.data.batching import BatchBuilder
+from mtft.data.pipeline import PreparedData, prepare_data
+from mtft.data.sampler import MultiObjectiveSampler, mixing_probabilities
+from mtft.forgetting import build_monitor
+from mtft.forgetting.monitor import prepare_forgetting
+from mtft.gradients import full_numel
+from mtft.reporting.logs import add_file_log, logger
+from mtft.training.adamw_preconditioner import OptimizerMetric
+from mtft.training.engine import finetuning_engine, initialize
+from mtft.training.gram_step import GramWeightedStep
+from mtft.training.pretrain import pretrained_backbone
+from mtft.training.restore import save_encoder_files
+from mtft.training.rundir import create_run_dir
+from mtft.training.setup import build_model, make_tokenizer_factory, shared_parameters
+from mtft.training.step import LossWeightedStep, StepResult
+from mtft.training.surt import surt_backbone
+from mtft.weighting import Weighting, build_weighting
+
+#: one optimizer step over the step's micro-batches: LossWeightedStep or GramWeightedStep
+Step = Callable[[Iterable[dict[str, torch.Tensor]]], StepResult]
+
+
+@dataclass
+class RunParts:
+    """What the loop runs on, built by :func:`build_run`."""
+
+    proc: ProcessInfo
+    run_dir: Path
+    model: ModelSection  # config.model with the backbone fine-tuning starts from (pre-trained, re-trained by SURT)
+    data: PreparedData
+    engine: Any  # deepspeed.DeepSpeedEngine around the MultiTaskModel
+    step: Step
+    sampler: MultiObjectiveSampler
+    mixing: np.ndarray  # the sampler's probability of each training unit
+    builder: BatchBuilder
+    monitor: Any  # mtft.forgetting.monitor.ForgettingMonitor, or its NullMonitor
+    parameters: list[tuple[str, int, int]]  # (part, stored, trainable) for the log and the report
+
+
+def build_run(config: RunConfig, proc: ProcessInfo, resuming: bool) -> RunParts:
+    """Every part of the run, and its run directory (a new one, or the one it resumes, left as it is)."""
+    run_dir = Path(config.run.output_dir)
+    datasets.disable_progress_bars()  # mtft logs one line per loaded split instead
+    barrier()
+    start = pretrained_backbone(config, proc)  # pretrain.before_finetune: the cached checkpoint
+    start = surt_backbone(config, start, proc)  # stability.surt: re-trained on task text
+    data = _prepare_data_rank0_first(config, start, proc)
+    forgetting = prepare_forgetting(config, start, data)
+    # built before the run directory: a bad backbone or adapter writes nothing
+    model = build_model(config, data, start)
+    weighting = build_weighting(config.weighting.method, config.weighting.options)
+    shared = _shared_parameters(config, model, data) if weighting.needs_gram else None
+    if proc.is_main:  # complete (config, encoder files, marker) or absent; a resumed run keeps its directory
+        create_run_dir(config, lambda folder: save_encoder_files(folder, model.encoder, data.tokenizer))
+    barrier()
+    if not resuming:
+        accept(run_dir, proc.is_main)  # a new run (or a resume before the first checkpoint): nothing left to refuse
+    parameters = parameter_table(model)
+    logger.info(
+        f"{config.model.adapter.method}: "
+        + "; ".join(f"{part} {stored:,} stored / {trainable:,} trainable" for part, stored, trainable in parameters)
+    )
+    engine = initialize(model, finetuning_engine(config, proc.world_size))
+    builder = BatchBuilder(data)
+    step = _build_step(config, engine, weighting, shared, len(data.objective_names), proc.world_size)
+    sizes = [len(data.train_dataset(u)) for u in range(len(data.train_units))]
+    mixing = mixing_probabilities(
+        sizes, config.data.mixing.strategy, config.data.mixing.temperature, config.data.mixing.cap
+    )
+    kept, whole = data.train_layout()  # data.leave_out: S's order with the removed rows skipped
+    batch = config.training.micro_batch_size * proc.world_size
+    sampler = MultiObjectiveSampler(sizes, mixing, batch, config.run.seed, kept, whole)
+    monitor = build_monitor(forgetting, config, engine, data, proc.is_main, run_dir)
+    return RunParts(proc, run_dir, start, data, engine, step, sampler, mixing, builder, monitor, parameters)
+
+
+def accept(run_dir: Path, is_main: bool) -> None:
+    """The run goes ahead. Until here a resume changes nothing in the run directory, so one refused (no checkpoint
+    loads, the objectives differ) leaves it as it was; now rank 0 writes the held log lines to train.log and logs
+    there, and finishes a replacement of best/ that a kill interrupted."""
+    if is_main:
+        add_file_log(run_dir)
+        recover(run_dir / "best")  # a kill between the two renames of a best/ replacement
+
+
+def _prepare_data_rank0_first(config: RunConfig, start: ModelSection, proc: ProcessInfo) -> PreparedData:
+    # Rank 0 trains the tokenizer and fills the datasets cache; the other ranks then read the cache.
+    if not proc.is_main:
+        barrier()
+    data = prepare_data(config, make_tokenizer_factory(config, start))
+    if proc.is_main:
+        barrier()
+    return data
+
+
+def _shared_parameters(config: RunConfig, model, data: PreparedData):
+    shared, shared_rows = shared_parameters(model, data, config.weighting.shared, build_method(config.model.adapter))
+    if not shared and len(data.objective_names) > 1:  # one objective: w = 1, nothing to balance
+        raise ConfigError(
+            f"weighting.method={config.weighting.method}: no trainable parameter is shared by two "
+            f"objectives (weighting.shared={config.weighting.shared}, model.adapter.method="
+            f"{config.model.adapter.method}), so there is nothing to balance; use weighting.shared=all "
+            "or weighting.method=mean"
+        )
+    return shared, shared_rows
+
+
+def _build_step(config: RunConfig, engine, weighting: Weighting, shared, num_objectives: int, world: int) -> Step:
+    cfg = config.weighting
+    if not cfg.per_objective_gradients():
+        return LossWeightedStep(engine, weighting, num_objectives, world)
+    params, shared_rows = shared if shared is not None else (None, None)
+    if params is not None:
+        logger.info(
+            f"{cfg.method}: Gram over {sum(full_numel(p) for p in params):,} shared parameters "
+            f"({len(params)} tensors), {num_objectives} objectives"
+        )
+    metric: Optional[OptimizerMetric] = None
+    if cfg.metric == "optimizer":
+        metric = OptimizerMetric(engine)
+        if metric.adaptive:
+            logger.info(f"{cfg.method}: Gram in AdamW's metric, g_tᵀ diag(1/(√v̂+ε)) g_s (Euclidean at step 1)")
+        else:
+            logger.info(
+                f"{cfg.method}: weighting.metric=optimizer with training.optimizer.name="
+                f"{config.training.optimizer.name}, which applies no preconditioner: the Euclidean Gram"
+            )
+    return GramWeightedStep(
+        engine,
+        weighting,
+        num_objectives,
+        world,
+        params,
+        cfg.cosine_every,
+        shared_rows,
+        metric=metric,
+        descent_check=cfg.descent_check,
+        buffer_dtype=torch.bfloat16 if cfg.gradient_buffers == "bfloat16" else None,
+    )
