@@ -112,3 +112,21 @@ def test_unequal_sides_and_bad_pairs_are_one_line_errors(tmp_path):
     assert retrieval_pairs(cfg.forgetting.retrieval, ["en", "de", "zh"]) == ["en-de", "en-zh"]
     with pytest.raises(ConfigError, match="must contain"):
         config(tmp_path, name="tatoeba")
+
+
+def test_the_encoder_states_of_a_chosen_layer():
+    from transformers import AutoModel, XLMRobertaConfig
+
+    from mtft.forgetting.mlm import MaskedLM
+
+    torch.manual_seed(0)
+    config = XLMRobertaConfig(
+        vocab_size=20, hidden_size=8, num_hidden_layers=2, num_attention_heads=2, intermediate_size=16
+    )
+    mlm = MaskedLM(AutoModel.from_config(config).eval(), torch.nn.Linear(8, 20))
+    ids, mask = torch.tensor([[0, 5, 6, 2]]), torch.ones(1, 4, dtype=torch.long)
+    with torch.no_grad():
+        last = mlm.hidden(ids, mask)
+        assert torch.equal(mlm.hidden(ids, mask, layer=2), last)
+        embedded = mlm.encoder.embeddings(input_ids=ids)
+        assert torch.allclose(mlm.hidden(ids, mask, layer=0), embedded) and not torch.allclose(embedded, last)
