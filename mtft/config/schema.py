@@ -600,6 +600,57 @@ class HeadFitSection(Section):
     seed: int = Field(0, ge=0, description="Seed of the head's initialisation, the masks and the order of the fit.")
 
 
+class RetrievalSection(Section):
+    """Cross-lingual sentence retrieval between parallel held-out sentences (mtft/forgetting/retrieval.py), beside
+    L_p: how much cross-lingual knowledge fine-tuning leaves."""
+
+    enabled: bool = Field(
+        False,
+        description="Measure retrieval accuracy per language pair (nearest neighbour by cosine of mean-pooled "
+        "encoder states, both directions averaged) at θ_p and with every L_p measurement.",
+    )
+    path: Optional[str] = Field(
+        None,
+        description="Hub id or local folder of a parallel corpus (data.sources maps a Hub id to a local copy). "
+        "Null: corpus.path (the built-in generic text, whose languages are translations of one another).",
+    )
+    name: str = Field(
+        "{language}",
+        min_length=1,
+        description="Dataset config: with '{language}', one config per language whose rows are aligned (column "
+        "text_column); with '{source}' and '{target}', one config per pair with the two columns of 'columns' "
+        "(Tatoeba on the Hub: mteb/tatoeba-bitext-mining, name '{target}-{source}' such as 'deu-eng').",
+    )
+    split: str = Field("validation", min_length=1, description="Split holding the parallel held-out sentences.")
+    text_column: str = Field("text", min_length=1, description="Column of the per-language layout.")
+    columns: list[str] = Field(
+        default_factory=lambda: ["sentence1", "sentence2"],
+        min_length=2,
+        max_length=2,
+        description="Per-pair layout: the source language's column, then the target's.",
+    )
+    pairs: Optional[list[str]] = Field(
+        None,
+        description="Language pairs 'source-target' (e.g. [en-de, en-zh]). Default: the first corpus language "
+        "with each of the others.",
+    )
+    max_sentences: int = Field(
+        200, ge=2, description="Aligned sentences per pair (pairs with a repeated text are skipped first)."
+    )
+    layer: Optional[int] = Field(
+        None,
+        ge=0,
+        description="Encoder layer whose states are mean-pooled: 0 the embeddings, k the output of layer k. Null: the "
+        "last. Retrieval with XLM-R and mBERT is best from a middle layer (Hu et al., 2020, use layer 8 of 12).",
+    )
+
+    @model_validator(mode="after")
+    def _layout(self) -> "RetrievalSection":
+        if "{language}" not in self.name and not ("{source}" in self.name and "{target}" in self.name):
+            raise ValueError(f"name {self.name!r} must contain '{{language}}', or both '{{source}}' and '{{target}}'")
+        return self
+
+
 class ForgettingSection(Section):
     """Forgetting monitors: measured F_p = L_p(θ) − L_p(θ_p) against Theorem 1's bounds (Mao et al., 2022;
     Springer et al., 2025)."""
@@ -645,6 +696,10 @@ class ForgettingSection(Section):
     head_fit: HeadFitSection = Field(
         default_factory=HeadFitSection,
         description="For a backbone without a masked-LM head: the head fitted once to θ_p (cached) that L_p uses.",
+    )
+    retrieval: RetrievalSection = Field(
+        default_factory=RetrievalSection,
+        description="Cross-lingual sentence retrieval on parallel held-out text, logged with L_p.",
     )
 
 

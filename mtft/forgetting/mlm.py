@@ -42,14 +42,24 @@ class MaskedLM(nn.Module):
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        task = torch.full((input_ids.shape[0],), self.adapter, dtype=torch.long, device=input_ids.device)
-        # adapters route by the declared task, or by objective with model.adapter.granularity: objective
-        with labelled_rows(task=task, objective=task):
-            hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        hidden = self.hidden(input_ids, attention_mask)
         targets = labels != IGNORE_INDEX
         logits = self.head(hidden[targets])
         loss = nn.functional.cross_entropy(logits.float(), labels[targets], reduction="sum")
         return loss, targets.sum()
+
+    def hidden(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, layer: Optional[int] = None
+    ) -> torch.Tensor:
+        """The encoder's hidden states (the last layer's, or ``layer``'s: 0 the embeddings), every row routed to
+        ``self.adapter``."""
+        task = torch.full((input_ids.shape[0],), self.adapter, dtype=torch.long, device=input_ids.device)
+        # adapters route by the declared task, or by objective with model.adapter.granularity: objective
+        with labelled_rows(task=task, objective=task):
+            out = self.encoder(
+                input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=layer is not None
+            )
+        return out.last_hidden_state if layer is None else out.hidden_states[layer]
 
     @contextlib.contextmanager
     def routed_to(self, adapter: int) -> Iterator[None]:

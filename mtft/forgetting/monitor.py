@@ -6,7 +6,9 @@ Every step, from the actual update: K, Σ_k ||Δθ_k||², ||θ − θ_p||², and
 ``forgetting.every_steps`` and at the end: the measured forgetting F_p = L_p(θ) − L_p(θ_p) per language on the
 held-out corpus, and on a fixed (smaller) batch the second-order prediction g_pᵀΔ + ½ΔᵀH_pΔ (one
 Hessian-vector product at θ_p), so that a measured F_p above the bound can be told apart: θ_p not a minimum
-(the linear term) or the quadratic regime broken down (measured far above the prediction).
+(the linear term) or the quadratic regime broken down (measured far above the prediction). With
+``forgetting.retrieval``, the same measurements (and θ_p) also give cross-lingual sentence retrieval accuracy per
+language pair (:mod:`mtft.forgetting.retrieval`): the cross-lingual knowledge L_p does not see.
 
 λ_p is computed once per (θ_p, batch, settings) and cached beside the backbone when it is a local folder (the
 pre-trained checkpoint it belongs to), otherwise in the cache dir. With Multi-LoRA every task adapter is its own
@@ -34,12 +36,22 @@ from mtft.adapters import build_method
 from mtft.config.deepspeed import zero_stage
 from mtft.config.paths import cache_dir
 from mtft.config.schema import ModelSection, RunConfig
+from mtft.core.errors import ConfigError
 from mtft.forgetting.corpus import MlmEvalSet, build_eval_set, corpus_languages
 from mtft.forgetting.head_fit import fitted_head
 from mtft.forgetting.hessian import EigenResult, LpObjective, top_eigenvalue
-from mtft.forgetting.mlm import attach_head, load_mlm_checkpoint, load_mlm_model, lp_per_language, lp_sums
+from mtft.forgetting.mlm import (
+    attach_head,
+    eager_attention,
+    evaluating,
+    load_mlm_checkpoint,
+    load_mlm_model,
+    lp_per_language,
+    lp_sums,
+)
 from mtft.forgetting.probe import gaussian_probe, init_stds, probe_lp, write_probe_json
 from mtft.forgetting.replica import EncoderReplica
+from mtft.forgetting.retrieval import RetrievalSet, build_retrieval_set
 from mtft.reporting.logs import logger
 
 LAMBDA_VERSION = "2"  # 2: Lanczos restarted by mtft itself, within the product budget (was ARPACK)
@@ -54,6 +66,7 @@ class ForgettingSetup:
     model: ModelSection  # config.model with its backbone resolved (pre-trained by the prelude, re-trained by SURT)
     mlm_model: Optional[torch.nn.Module] = None  # the backbone as a masked-LM (None: a fresh head on the encoder)
     lp_head: str = FRESH_HEAD  # how L_p's masked-LM head was obtained, for the log and the report
+    retrieval: Optional[RetrievalSet] = None  # forgetting.retrieval's parallel sentences, tokenised
 
 
 def prepare_forgetting(config: RunConfig, model: ModelSection, data) -> Optional[ForgettingSetup]:
@@ -73,7 +86,16 @@ def prepare_forgetting(config: RunConfig, model: ModelSection, data) -> Optional
         )
     languages = corpus_languages(config, [lang for td in data.tasks.values() for lang in td.languages])
     eval_set = build_eval_set(config, data.tokenizer, languages, config.data.max_length)
-    return ForgettingSetup(eval_set, model, *masked_lm_for_lp(config, model, data.tokenizer, languages))
+    retrieval = build_retrieval_set(config, data.tokenizer, languages) if cfg.retrieval.enabled else None
+    mlm_model, lp_head = masked_lm_for_lp(config, model, data.tokenizer, languages)
+    if retrieval is not None and cfg.retrieval.layer is not None:
+        layers = config.model.tiny.num_hidden_layers if mlm_model is None else mlm_model.config.num_hidden_layers
+        if cfg.retrieval.layer > layers:
+            raise ConfigError(
+                f"forgetting.retrieval.layer={cfg.retrieval.layer}: the encoder has {layers} layers (0 is the "
+                "embeddings)"
+            )
+    return ForgettingSetup(eval_set, model, mlm_model, lp_head, retrieval)
 
 
 def masked_lm_for_lp(config: RunConfig, model: ModelSection, tokenizer, languages) -> tuple[Optional[Any], str]:
@@ -123,6 +145,8 @@ class ForgettingMonitor:
         self.config, self.cfg = config, config.forgetting
         self.engine, self.is_main, self.run_dir = engine, is_main, run_dir
         self.eval_set = setup.eval_set
+        self.retrieval = setup.retrieval
+        self.retrieval_pretrained: dict[str, float] = {}
         self.device = engine.device
         model = setup.model
         self.backbone = model.backbone
@@ -194,6 +218,7 @@ class ForgettingMonitor:
         with self.tracker.at_pretrained():
             self.lp_pretrained = self._lp_group(0)  # at θ_p every task adapter is the same model
             self.lp_batch_pretrained = self._lp_batch()
+            self.retrieval_pretrained = self._retrieval_group(0)
             start = time.perf_counter()
             self.eigen, cached = self._lambda_p()
         values = {
@@ -207,6 +232,7 @@ class ForgettingMonitor:
             "lp_batch_pretrained": self.lp_batch_pretrained,
             "lp_head": self.lp_head,
             **{f"lp_pretrained/{lang}": v for lang, v in self.lp_pretrained.items()},
+            **{k.replace("retrieval", "retrieval_pretrained", 1): v for k, v in self.retrieval_pretrained.items()},
         }
         if step == 0:  # a resumed run keeps the event its first attempt logged
             log.log(step, "lambda_p", values)
@@ -271,6 +297,15 @@ class ForgettingMonitor:
         with self.mlm.routed_to(self.tracker.adapter(group)):
             return lp_per_language(self.mlm, self.eval_set, self.cfg.batch_size, self.device, shard=True)
 
+    def _retrieval_group(self, group: int) -> dict[str, float]:
+        """Retrieval accuracy per pair and its mean, through ``group``'s adapter ({} when retrieval is off)."""
+        if self.retrieval is None:
+            return {}
+        mlm = self.mlm
+        with mlm.routed_to(self.tracker.adapter(group)), evaluating(mlm), eager_attention(mlm.encoder):
+            layer = self.cfg.retrieval.layer
+            return self.retrieval.accuracy(lambda batch: mlm.hidden(**batch, layer=layer), self.device)
+
     def _lp_batch(self) -> float:
         """L_p on the fixed prediction batch: mean over languages of each language's mean (as LpObjective)."""
         means = []
@@ -293,6 +328,12 @@ class ForgettingMonitor:
             for lang in lp:
                 values[_key("lp", group, lang)] = lp[lang]
                 values[_key("F_p", group, lang)] = forgetting[lang]
+            retrieval = self._retrieval_group(g)
+            for name, value in retrieval.items():
+                pair = name.partition("/")[2]
+                values[_key("retrieval", group, pair)] = value
+            if retrieval:  # the fall of the mean accuracy since θ_p
+                values[_key("retrieval_drop", group)] = self.retrieval_pretrained["retrieval"] - retrieval["retrieval"]
             bound = values[_key("bound_displacement", group)]
             values.update(
                 {

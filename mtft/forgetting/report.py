@@ -85,8 +85,8 @@ def _forgetting(run_dir: Path, events: list[dict[str, Any]]) -> list[str]:
                 f"{_num(e[_key('F_batch', group)])} | {_num(e[_key('prediction', group)])} | "
                 f"{_num(e[_key('linear', group)])} | {_num(e[_key('quadratic', group)])} |"
             )
+        lines += [""] + _retrieval(eigen, measured, group)
         over = [e for e in measured if e.get(_key("exceeds_bound", group))]
-        lines.append("")
         if over:
             worst = max(over, key=lambda e: e[_key("F_p", group)] - e[_key("bound_displacement", group)])
             linear = worst[_key("linear", group)]
@@ -133,6 +133,31 @@ def _forgetting(run_dir: Path, events: list[dict[str, Any]]) -> list[str]:
     if plot_forgetting(events, groups, run_dir / "forgetting.png"):
         lines += ["![forgetting vs the Theorem-1 bounds](forgetting.png)", ""]
     return lines
+
+
+def _retrieval(eigen: dict[str, Any], measured: list[dict[str, Any]], group: str) -> list[str]:
+    """The retrieval table of one group: θ_p, then every measurement ([] when forgetting.retrieval was off)."""
+    if "retrieval_pretrained" not in eigen:
+        return []
+    pairs = [k.partition("/")[2] for k in eigen if k.startswith("retrieval_pretrained/")]
+    lines = [
+        "Cross-lingual sentence retrieval on parallel held-out sentences (nearest neighbour by cosine of mean-pooled "
+        "encoder states; accuracy averaged over both directions; the drop is θ_p's mean accuracy minus the current):",
+        "",
+        "| step | retrieval (mean) | " + " | ".join(pairs) + " | drop |",
+        "|---|---:|" + "---:|" * len(pairs) + "---:|",
+        f"| θ_p | {eigen['retrieval_pretrained']:.3f} | "
+        + " | ".join(f"{eigen[f'retrieval_pretrained/{pair}']:.3f}" for pair in pairs)
+        + " | – |",
+    ]
+    for e in measured:
+        cells = [f"{e[_key('retrieval', group, pair)]:.3f}" for pair in pairs]
+        lines.append(
+            f"| {e['step']} | {e[_key('retrieval', group)]:.3f} | "
+            + " | ".join(cells)
+            + f" | {e[_key('retrieval_drop', group)]:+.3f} |"
+        )
+    return lines + [""]
 
 
 def _probe(run_dir: Path, events: list[dict[str, Any]]) -> list[str]:

@@ -17,6 +17,7 @@ from mtft.config.schema import RunConfig
 from mtft.core.errors import CheckpointError, ConfigError
 from mtft.data.selection import check_tasks
 from mtft.forgetting.corpus import check_corpus_files
+from mtft.forgetting.retrieval import check_bitext_files, retrieval_pairs
 from mtft.models.backbone import check_backbone
 from mtft.tasks.kinds import head_class
 from mtft.training.checkpoint import saved_world_size
@@ -44,6 +45,8 @@ def preflight(config: RunConfig) -> Optional[Path]:
         task_languages = [lang for chosen in selected for lang in chosen.languages]
         languages = config.corpus.languages or list(dict.fromkeys(task_languages))
         check_corpus_files(config, languages, pretraining=config.pretrain.before_finetune)
+        if config.forgetting.enabled and config.forgetting.retrieval.enabled:
+            check_bitext_files(config, retrieval_pairs(config.forgetting.retrieval, languages))
     return resume_from
 
 

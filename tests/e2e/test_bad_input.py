@@ -225,6 +225,22 @@ FAST = {
         {},
         "forgetting.budget.action=scale edits the weights the optimizer steps",
     ),
+    "retrieval-one-language": (
+        [*BASE, "forgetting.enabled=true", "forgetting.retrieval.enabled=true", "corpus.languages=[en]"],
+        {},
+        "forgetting.retrieval: needs two languages",
+    ),
+    "retrieval-bad-pair": (
+        [*BASE, "forgetting.enabled=true", "forgetting.retrieval={enabled: true, pairs: [en_de]}"],
+        {},
+        "forgetting.retrieval.pairs: 'en_de' is not 'source-target'",
+    ),
+    "retrieval-no-folder": (
+        [*BASE, "forgetting.enabled=true", "forgetting.retrieval={enabled: true, path: {tmp}/bitext}"],
+        {},
+        "forgetting.retrieval.path: no such folder",
+    ),
+    "retrieval-name-layout": ([*BASE, "forgetting.retrieval.name=tatoeba"], {}, "must contain '{language}'"),
     "backbone-no-folder": ([*BASE, "model.backbone={tmp}/model"], {}, "no such folder"),
     "backbone-no-config-json": (
         [*BASE, "model.backbone={tmp}/model"],

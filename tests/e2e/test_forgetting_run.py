@@ -49,7 +49,7 @@ def events_of(out: Path, kind: str) -> list[dict]:
 
 def test_monitored_run_reports_forgetting_bounds_probe_and_plots(tmp_path):
     out = tmp_path / "full"
-    result = run_cli(*monitored(out, 60))
+    result = run_cli(*monitored(out, 60, **{"forgetting.retrieval.enabled": True}))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "pre-train" in result.stderr and "forgetting: λ_p = " in result.stderr
     [eigen] = events_of(out, "lambda_p")
@@ -61,6 +61,10 @@ def test_monitored_run_reports_forgetting_bounds_probe_and_plots(tmp_path):
         assert e["bound_path"] >= e["bound_displacement"] > 0  # Cauchy–Schwarz
         assert {"F_p", "F_p/en", "F_p/zh", "lp/ar", "prediction", "linear", "quadratic", "F_batch"} <= set(e)
         assert e["F_p"] == pytest.approx(sum(e[f"F_p/{lang}"] for lang in ("en", "de", "ar", "zh")) / 4)
+        # cross-lingual retrieval (the first corpus language with each other one), per pair and averaged
+        pairs = [e[f"retrieval/en-{lang}"] for lang in ("de", "ar", "zh")]
+        assert all(0 <= a <= 1 for a in pairs) and e["retrieval"] == pytest.approx(sum(pairs) / 3)
+        assert e["retrieval_drop"] == pytest.approx(eigen["retrieval_pretrained"] - e["retrieval"])
     tracked = events_of(out, "displacement")
     assert [e["step"] for e in tracked] == [10, 20, 30, 40, 50, 60]
     assert all(b["sum_update_sq"] >= a["sum_update_sq"] for a, b in zip(tracked, tracked[1:]))
@@ -73,8 +77,10 @@ def test_monitored_run_reports_forgetting_bounds_probe_and_plots(tmp_path):
     ]
     assert all(e["seeds"] == 3 and e["dlp/mean/std"] >= 0 for e in probe)
     report = (out / "report.md").read_text()
+    assert {"retrieval_pretrained", "retrieval_pretrained/en-de", "retrieval_pretrained/en-zh"} <= set(eigen)
     for section in (
         "## Forgetting (Theorem 1)",
+        "| step | retrieval (mean) | en-de | en-ar | en-zh | drop |",
         "## Sensitivity (Gaussian probe)",
         "## Pareto-stationarity gauge",
         "![forgetting vs the Theorem-1 bounds](forgetting.png)",
@@ -334,12 +340,13 @@ def test_probe_command_rejects_a_folder_that_is_no_checkpoint(tmp_path):
 def test_zero3_monitors_on_two_processes_match_one_process(tmp_path, method):
     """Under ZeRO-3 the monitors measure a whole replica refreshed from the partitions (mtft.forgetting.replica):
     two processes with every trainable tensor partitioned report the λ_p (computed, not read from the cache),
-    displacements, bounds, F_p and second-order prediction that one ZeRO-2 process does, and rank 0 writes the
-    probe."""
+    displacements, bounds, F_p, second-order prediction and cross-lingual retrieval that one ZeRO-2 process does,
+    and rank 0 writes the probe."""
     one, two = tmp_path / "one", tmp_path / "two"
     common = {
         "forgetting.every_steps": 4,
         "forgetting.probe.gammas": "[0.5]",
+        "forgetting.retrieval.enabled": True,
         "model.dropout": 0.0,
         "model.classifier_dropout": 0.0,
         **({"model.adapter.method": "multi_lora", "training.optimizer.lr": 1e-2} if method == "multi_lora" else {}),
@@ -367,8 +374,11 @@ def test_zero3_monitors_on_two_processes_match_one_process(tmp_path, method):
     for x, y in rows:  # displacements, bounds, L_p and F_p per language, the second-order prediction
         assert x.keys() == y.keys() and any(k.startswith("bound_path") for k in x)
         for key, value in x.items():
-            if key != "seconds" and isinstance(value, float):
+            if key.startswith("retrieval"):  # a share of 200 nearest neighbours: a near-tie may flip one of them
+                assert y[key] == pytest.approx(value, abs=0.011), (x["step"], key)
+            elif key != "seconds" and isinstance(value, float):
                 assert y[key] == pytest.approx(value, rel=1e-3, abs=1e-6), (x["step"], key)  # seen: 5e-4
+        assert "retrieval/en-zh" in y
     probes = [json.loads((out / "probe.json").read_text()) for out in (one, two)]
     assert [r["model"] for r in probes[0]] == [r["model"] for r in probes[1]] and probes[0]
     for x, y in zip(*probes):

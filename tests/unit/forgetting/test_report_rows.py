@@ -33,3 +33,16 @@ def test_a_null_row_is_shown_as_a_dash_and_compared_with_nothing(tmp_path):
     text = "\n".join(monitor_sections(tmp_path))
     assert "| 100 | 100 | – |" in text and "| 50 | 50 | 5.000e-01 |" in text
     assert "Beyond the quadratic regime" not in text  # 0.5 is not more than twice 0.5; the null row is not compared
+
+
+def test_the_retrieval_table_has_theta_p_then_every_measurement(tmp_path):
+    eigen = {**EIGEN, "retrieval_pretrained": 0.8, "retrieval_pretrained/en-de": 0.9, "retrieval_pretrained/en-zh": 0.7}
+    measured = {**row(50, 0.5), "retrieval": 0.6, "retrieval/en-de": 0.75, "retrieval/en-zh": 0.45}
+    measured["retrieval_drop"] = 0.2
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (eigen, measured)))
+    text = "\n".join(monitor_sections(tmp_path))
+    assert "| step | retrieval (mean) | en-de | en-zh | drop |" in text
+    assert "| θ_p | 0.800 | 0.900 | 0.700 | – |" in text and "| 50 | 0.600 | 0.750 | 0.450 | +0.200 |" in text
+    # a run without forgetting.retrieval has no table
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (EIGEN, row(50, 0.5))))
+    assert "retrieval" not in "\n".join(monitor_sections(tmp_path))
