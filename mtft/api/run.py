@@ -4,7 +4,8 @@ Prediction goes through exactly the code a run's own evaluation uses -- the task
 the model's ``predict_logits`` (adapters routed by task, or by the trained objective where there is one), the
 head's ``decode`` and the task's ``postprocess`` -- so that predicting a run's evaluation split reproduces its
 ``predictions/`` files. Each row adds what the logits say beyond the prediction: class probabilities for
-classification and multiple choice, entity spans for token classification.
+classification and multiple choice, entity spans for token classification, the answer's character offsets in its
+context for extractive QA (``answer_start``, ``answer_end``; null for the empty answer).
 """
 
 from __future__ import annotations
@@ -144,6 +145,7 @@ class TrainedRun:
         by_id = task.postprocess(outputs, encoded, raw, td.label_names)
         extra = dict(zip(encoded["id"], probabilities)) if probabilities else {}
         words = dict(zip(task.split_ids(raw), raw[task.text_columns[0]])) if task.head == "token_classification" else {}
+        spans = task.answer_spans(outputs, encoded, raw) if task.head == "question_answering" else {}
         results = []
         for key in task.split_ids(raw):
             row: dict[str, Any] = {"id": key, "prediction": by_id[key]}
@@ -151,6 +153,9 @@ class TrainedRun:
                 row["probabilities"] = dict(zip(td.label_names, extra[key]))
             if key in words:
                 row["entities"] = entities(by_id[key], words[key])
+            if key in spans:  # the answer's character offsets in its context (null: the empty answer)
+                span = spans[key]
+                row["answer_start"], row["answer_end"] = span if span else (None, None)
             results.append(row)
         return results
 

@@ -125,17 +125,33 @@ class ExtractiveQATask(Task):
 
     # ----- predictions -------------------------------------------------------------------------------
     def postprocess(self, outputs, encoded, raw, label_names) -> dict[str, Any]:
+        contexts = dict(zip(self.split_ids(raw), raw[self.context_column]))
+        spans = self.answer_spans(outputs, encoded, raw)
+        # an example whose windows hold no valid span predicts the empty answer (as the HF recipe)
+        return {key: contexts[key][span[0] : span[1]] if span else "" for key, span in spans.items()}
+
+    def answer_spans(self, outputs, encoded, raw) -> dict[str, Optional[tuple[int, int]]]:
+        """Per example, the character span ``(start, end)`` of its predicted answer in its context: the best-scoring
+        span over its windows, without surrounding whitespace (some tokenizers' offsets include the space before a
+        word); ``None`` where no window holds a valid span."""
         opts = self.options
         contexts = dict(zip(self.split_ids(raw), raw[self.context_column]))
-        best: dict[str, tuple[float, str]] = {}
+        best: dict[str, tuple[float, int, int]] = {}
         for key, (starts, ends), offsets in zip(encoded["id"], outputs, encoded["offset_mapping"]):
             for score, start, end in best_spans(starts, ends, offsets, opts.n_best_size, opts.max_answer_length):
                 if key not in best or score > best[key][0]:
-                    # strip: some tokenizers' offsets include the space before a word
-                    best[key] = (score, contexts[key][offsets[start][0] : offsets[end][1]].strip())
+                    best[key] = (score, offsets[start][0], offsets[end][1])
                 break  # spans come best first
-        # an example whose windows hold no valid span predicts the empty answer (as the HF recipe)
-        return {key: best[key][1] if key in best else "" for key in dict.fromkeys(encoded["id"])}
+        spans: dict[str, Optional[tuple[int, int]]] = {}
+        for key in dict.fromkeys(encoded["id"]):
+            if key not in best:
+                spans[key] = None
+                continue
+            _, start, end = best[key]
+            text = contexts[key][start:end]
+            start += len(text) - len(text.lstrip())
+            spans[key] = (start, max(start, end - (len(text) - len(text.rstrip()))))
+        return spans
 
     def references(self, raw: datasets.Dataset, label_names: Sequence[str], where: str) -> dict[str, Any]:
         return unique_by_id(self.split_ids(raw), [list(a["text"]) for a in raw[self.label_column]], where)

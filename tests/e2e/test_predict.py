@@ -21,6 +21,7 @@ from transformers import AutoModel, AutoTokenizer
 from mtft.api import load_run
 from mtft.commands import run_command
 from mtft.commands.export import export_run
+from mtft.data.pipeline import load_task_split
 from mtft.tasks.kinds import build_head
 from tests.conftest import BASE_CONFIG, REPO, base_overrides, read_jsonl, run_cli
 
@@ -81,6 +82,13 @@ def test_predict_reproduces_the_runs_predictions_for_every_task_kind(run):
                 assert all(abs(sum(r["probabilities"].values()) - 1) < 1e-5 for r in rows)
             if task == "wikiann":
                 assert any(r["entities"] for r in rows)
+            if task == "tydiqa":  # the answer's offsets in its context
+                sources = {hub_id: str(REPO / folder) for hub_id, folder in SOURCES.items()}
+                raw, _ = load_task_split(trained.tasks[task].task, "validation", language, "zero_shot", sources, None)
+                contexts = dict(zip(raw["id"], raw["context"]))
+                spans = [(r["id"], r["answer_start"], r["answer_end"], r["prediction"]) for r in rows]
+                assert all(contexts[i][s:e] == text for i, s, e, text in spans if s is not None)
+                assert all(text == "" for _, s, _, text in spans if s is None)
 
 
 def test_predict_command_on_an_unlabelled_file_in_an_untrained_language(run, tmp_path):

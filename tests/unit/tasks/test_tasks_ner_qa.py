@@ -182,6 +182,23 @@ def test_qa_postprocess_maps_the_best_span_back_to_context_text(tokenizer):
         "exact_match": 1.0,
         "f1": 1.0,
     }
+    # the answer's character offsets: the gold ones (answer_start), the prediction's text in its context
+    spans = task.answer_spans(outputs, encoded, raw)
+    contexts = dict(zip(task.split_ids(raw), raw[task.context_column]))
+    gold = dict(zip(task.split_ids(raw), raw[task.label_column]))
+    for key, (start, end) in spans.items():
+        assert contexts[key][start:end] == predictions[key] and start == gold[key]["answer_start"][0]
+
+
+def test_qa_answer_spans_leave_out_the_space_a_tokenizer_puts_before_a_word():
+    task = TASKS["tydiqa"].configured({}, "test")
+    raw = datasets.Dataset.from_dict(
+        {"id": ["a", "b"], "context": ["one two  three", "x"], "question": ["q", "q"], "answers": [{}, {}]}
+    )
+    encoded = {"id": ["a", "b"], "offset_mapping": [[[0, 3], [3, 7], [7, 14]], [NOT_CONTEXT]]}
+    outputs = [([0.0, 5.0, 0.0], [0.0, 0.0, 5.0]), ([1.0], [1.0])]  # a: " two  three" (offsets 3..14); b: no span
+    assert task.answer_spans(outputs, encoded, raw) == {"a": (4, 14), "b": None}
+    assert task.postprocess(outputs, encoded, raw, []) == {"a": "two  three", "b": ""}
 
 
 def test_n_best_spans_respect_context_order_and_max_answer_length():
