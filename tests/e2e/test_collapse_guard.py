@@ -2,8 +2,9 @@
 
 One objective, WikiANN in English cut to 8 training examples, is memorised within ~20 steps; its gradient then
 nears zero and, being the shortest element of the convex hull, it is the min-norm direction. With β = 0 (the paper's
-LF-MLF) it takes all the weight and the two XNLI objectives stall at chance loss; with the floor β = 0.3 each keeps
-≥ β/T of the weight and they learn.
+LF-MLF) it takes all the weight and the two XNLI objectives stall where the collapse left them (on the previous
+fixtures at chance loss; on the world of translations their first ~25 steps, before the weight has moved, already
+take them from 1.10 to about 0.7); with the floor β = 0.3 each keeps ≥ β/T of the weight and they learn.
 """
 
 from __future__ import annotations
@@ -66,9 +67,9 @@ def test_beta_zero_collapses_onto_the_fitted_objective(runs):
     fitted = weights(events, "wikiann/en", after=20)
     assert sum(fitted) / len(fitted) > 0.95  # the memorised objective's near-zero gradient takes the weight
     assert losses(events, "wikiann/en")[-1] < 0.05
-    for name in XNLI:  # and the others stall at chance loss (ln 3 ≈ 1.10 for three classes)
-        assert losses(events, name)[-1] > 0.9 * losses(events, name)[0]
-        assert losses(events, name)[-1] > 1.0
+    for name in XNLI:  # and the others stall: no progress over the last 20 steps, far from learnt (chance: ln 3)
+        last = losses(events, name)[-3:]  # steps 60, 70, 80, long after the collapse (measured: 0.69 -> 0.69)
+        assert last[-1] > 0.95 * last[0] and last[-1] > 0.5
 
 
 def test_the_floor_keeps_every_objective_learning(runs):

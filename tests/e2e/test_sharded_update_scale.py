@@ -65,9 +65,10 @@ def test_two_processes_apply_the_combined_gradient_at_its_scale(one_process, tmp
         for language in LANGUAGES:
             key = f"first_order/xnli/{language}"
             assert x[key] < 0  # SGD along the min-norm direction d: g_tᵀΔθ = −lr·g_tᵀd ≤ −lr·||d||² < 0
-            # measured within 3.2e-6 (float32 summation order); a wrong factor in the engine's average of the
+            # float32 summation order: measured within 3.2e-6 on the previous fixtures, 3.3e-4 on the world of
+            # translations (at step 4, where g_tᵀΔθ is down to 1e-4); a wrong factor in the engine's average of the
             # contributions (N × this rank's part: 1× in its place) showed as a 5% gap at step 1
-            assert y[key] == pytest.approx(x[key], rel=1e-4), (x["step"], key, x[key], y[key])
+            assert y[key] == pytest.approx(x[key], rel=1e-3), (x["step"], key, x[key], y[key])
     w1 = load_file(str(one_process / f"checkpoints/step-{STEPS:08d}/model.safetensors"))
     w2 = load_file(str(two / f"checkpoints/step-{STEPS:08d}/model.safetensors"))
     assert w1.keys() == w2.keys()
