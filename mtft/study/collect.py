@@ -70,19 +70,27 @@ def worst_languages(metrics: dict[str, float]) -> dict[str, float]:
 def forgetting_summaries(path: Path) -> dict[str, float]:
     """Final and maximum F_p, and the final ||θ_f − θ_p|| and Theorem-1 bounds, from the run's log rows. A method
     with one adapter per task logs them per task and language (``F_p/xnli/en``): the suffix is kept
-    (``F_p_final/xnli/en``)."""
+    (``F_p_final/xnli/en``). With ``forgetting.retrieval``, also the cross-lingual retrieval accuracy at θ_p
+    (``retrieval_pretrained``, per pair ``retrieval_pretrained/en-de``) and at the last measurement
+    (``retrieval``, ``retrieval/en-de``, ``retrieval_drop``; per task adapter ``retrieval/xnli/en-de``)."""
     f_p: dict[str, list[float]] = {}
     last: dict[str, float] = {}
     for row in log_rows(path):
-        if row.get("kind") not in ("forgetting", "displacement"):
+        kind = row.get("kind")
+        if kind not in ("forgetting", "displacement", "lambda_p"):
             continue
         for key, value in row.items():
             name, _, suffix = key.partition("/")
             if not _is_number(value):
                 continue
-            if name == "F_p" and row["kind"] == "forgetting":
+            if kind == "lambda_p":
+                if name == "retrieval_pretrained":
+                    last[key] = float(value)
+            elif name == "F_p" and kind == "forgetting":
                 f_p.setdefault(suffix, []).append(float(value))
-            elif name in ("distance", "bound_path", "bound_displacement"):
+            elif name in ("distance", "bound_path", "bound_displacement") or (
+                kind == "forgetting" and name in ("retrieval", "retrieval_drop")
+            ):
                 last[key] = float(value)
     out = dict(last)
     for suffix, values in f_p.items():

@@ -32,6 +32,48 @@ def test_forgetting_summaries_final_and_max_per_suffix(tmp_path):
     }
 
 
+def test_forgetting_summaries_carry_retrieval_at_theta_p_and_at_the_last_measurement(tmp_path):
+    """The retrieval monitor's numbers (mtft.forgetting.monitor: θ_p's in the lambda_p row, then each forgetting
+    row's) reach a study's records: the zero-shot study's retrieval_drop is one of them."""
+    rows = [
+        {
+            "step": 0,
+            "kind": "lambda_p",
+            "lambda_p": 2.0,
+            "retrieval_pretrained": 0.5,
+            "retrieval_pretrained/en-de": 0.6,
+        },
+        {
+            "step": 50,
+            "kind": "forgetting",
+            "F_p": 0.1,
+            "retrieval": 0.45,
+            "retrieval/en-de": 0.5,
+            "retrieval_drop": 0.05,
+        },
+        {"step": 60, "kind": "train", "retrieval": 0.0, "retrieval_drop": 9.0},  # not a forgetting row
+        {
+            "step": 100,
+            "kind": "forgetting",
+            "F_p": 0.2,
+            "retrieval": 0.4,
+            "retrieval/en-de": 0.3,
+            "retrieval_drop": 0.1,
+        },
+    ]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+    summaries = forgetting_summaries(path)
+    assert {k: v for k, v in summaries.items() if k.startswith("retrieval")} == {
+        "retrieval_pretrained": 0.5,
+        "retrieval_pretrained/en-de": 0.6,
+        "retrieval": 0.4,
+        "retrieval/en-de": 0.3,
+        "retrieval_drop": 0.1,
+    }
+    assert "lambda_p" not in summaries
+
+
 def test_run_metrics_leave_the_step_out_and_keep_nan(tmp_path):
     (tmp_path / "metrics.json").write_text('{"step": 10, "xnli/accuracy": NaN, "xnli/en/accuracy": 0.5, "name": "x"}')
     metrics = run_metrics(tmp_path)
