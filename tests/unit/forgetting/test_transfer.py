@@ -37,6 +37,7 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.mark.slow  # three encoders pre-trained and fine-tuned (22 s alone): in the full suite, not the fast loop
 def test_target_accuracy_comes_from_pretraining_on_a_world_of_translations(tmp_path, one_thread):
     pre = pretrain(REDUCED, tmp_path)
     transferred = finetune(pre, REDUCED)["accuracy"]
