@@ -180,8 +180,18 @@ def become(request: dict, client: str) -> None:
     torch.set_num_threads(int(request["threads"]))  # OMP_NUM_THREADS was read when torch was loaded here
 
 
+def _end_with_the_test_process() -> None:
+    """SIGKILL this server when the test process that started it dies, however it dies (Linux's parent-death
+    signal): a server left behind would hold its imports' memory for nothing. The runs the test process launched go
+    too: each one's reaper sees its connection to the test process close and kills it."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 def main() -> None:
     path, client = sys.argv[1:3]
+    _end_with_the_test_process()
     write_client(client, path)
     for name in PRELOAD:
         importlib.import_module(name)
