@@ -49,7 +49,7 @@ from mtft.training.stage_cache import from_cache_or_fill, stage_key
 
 # bump when pre-training changes what it produces, to invalidate cached checkpoints (4: the fixture world of
 # translations and the BPE tiny tokenizer)
-PRETRAIN_VERSION = "4"
+PRETRAIN_VERSION = "5"
 
 
 class Pretraining:

@@ -264,6 +264,24 @@ def test_tiny_tokenizer_offsets_word_ids_and_cache(tmp_path):
     assert again.get_vocab() == tok.get_vocab()
 
 
+def test_tiny_tokenizer_never_makes_a_piece_of_several_characters_of_a_script_without_spaces(tmp_path):
+    """A sentence of Chinese, Japanese kana, Thai or Myanmar is one whitespace pre-token; on recurring sentences BPE
+    would merge it into one piece, which teaches a masked-LM nothing. Each of their characters is a pre-token (mBERT's
+    treatment of CJK), so they stay pieces of one character, with offsets onto the text; spaced words still merge."""
+    unspaced = ["大地羊口大书火风", "きなりちするとたもろ", "ยาราขูพเยีต", "ထီဆေလူ"]
+    tok = tiny_tokenizer(unspaced * 50 + ["goboba simapo fenule"] * 50, 300, tmp_path)
+    for text in unspaced:
+        enc = tok(text, return_offsets_mapping=True, add_special_tokens=False)
+        pieces = [p.lstrip("▁") for p in tok.convert_ids_to_tokens(enc["input_ids"])]
+        assert all(len(p) <= 1 for p in pieces) and "".join(pieces) == text, pieces
+        assert "".join(text[a:b] for (a, b), p in zip(enc["offset_mapping"], pieces) if p) == text
+        assert tok.decode(enc["input_ids"]) == text
+    assert tok.convert_ids_to_tokens(tok("goboba simapo", add_special_tokens=False)["input_ids"]) == [
+        "▁goboba",
+        "▁simapo",
+    ]
+
+
 def test_fixtures_are_what_the_generator_writes():
     result = subprocess.run(
         [sys.executable, "-m", "mtft.fixtures", "--check"], cwd=REPO, capture_output=True, text=True, timeout=300
