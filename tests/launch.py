@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import signal
 import socket
@@ -23,6 +22,8 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from tests.e2e.helpers.warm_client import Handover
 
 REPO = Path(__file__).resolve().parents[1]
 _DISTRIBUTED_VARS = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
@@ -218,26 +219,18 @@ class WarmPython:
         stdout, stderr = (self.folder / f"{self.launches}.{name}" for name in ("out", "err"))
         kind = "module" if module else "script"
         request = {kind: script, "argv": argv, "env": env, "cwd": str(REPO), "threads": threads, "unbuffered": False}
-        with contextlib.ExitStack() as files, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+        with contextlib.ExitStack() as files:
             streams = [files.enter_context(open(os.devnull, "rb"))]
             streams += [files.enter_context(open(path, "wb")) for path in (stdout, stderr)]
-            connection.connect(self.paths()[0])
-            socket.send_fds(connection, [b"F"], [stream.fileno() for stream in streams])
-            files.close()  # the run has its own copies
-            connection.sendall((json.dumps(request) + "\n").encode())
-            answers = connection.makefile("r", encoding="utf-8")
-            pid = json.loads(answers.readline())["pid"]
-            connection.settimeout(timeout)
-            try:
-                answer = answers.readline()
-            except BaseException:  # the timeout here, pytest-timeout's alarm or Ctrl-C: no process left behind
-                kill_tree(pid)
-                raise
-            if not answer:
-                raise RuntimeError(f"the warm Python's reaper of {script} {argv} died")
-        result = subprocess.CompletedProcess(
-            [script, *argv], json.loads(answer)["status"], stdout.read_text(), stderr.read_text()
-        )
+            run = Handover(self.paths()[0], request, [stream.fileno() for stream in streams])
+        try:  # the run has its own copies of the streams
+            status = run.status(timeout)
+        except BaseException:  # the timeout here, pytest-timeout's alarm or Ctrl-C: no process left behind
+            kill_tree(run.pid)
+            raise
+        finally:
+            run.close()
+        result = subprocess.CompletedProcess([script, *argv], status, stdout.read_text(), stderr.read_text())
         stdout.unlink()
         stderr.unlink()
         return result

@@ -142,10 +142,14 @@ class TrainedRun:
                 outputs += decoder.decode(logits, **context)
                 probabilities += _probabilities(task.head, decoder, logits, context)
         encoded = td.eval[language]
-        by_id = task.postprocess(outputs, encoded, raw, td.label_names)
+        spans: dict = {}
+        if task.head == "question_answering":  # the spans once: the answers are their texts
+            spans = task.answer_spans(outputs, encoded, raw)
+            by_id = task.span_texts(spans, raw)
+        else:
+            by_id = task.postprocess(outputs, encoded, raw, td.label_names)
         extra = dict(zip(encoded["id"], probabilities)) if probabilities else {}
         words = dict(zip(task.split_ids(raw), raw[task.text_columns[0]])) if task.head == "token_classification" else {}
-        spans = task.answer_spans(outputs, encoded, raw) if task.head == "question_answering" else {}
         results = []
         for key in task.split_ids(raw):
             row: dict[str, Any] = {"id": key, "prediction": by_id[key]}

@@ -125,8 +125,11 @@ class ExtractiveQATask(Task):
 
     # ----- predictions -------------------------------------------------------------------------------
     def postprocess(self, outputs, encoded, raw, label_names) -> dict[str, Any]:
+        return self.span_texts(self.answer_spans(outputs, encoded, raw), raw)
+
+    def span_texts(self, spans: dict[str, Optional[tuple[int, int]]], raw) -> dict[str, str]:
+        """Per example, the text of its :meth:`answer_spans` span in its context."""
         contexts = dict(zip(self.split_ids(raw), raw[self.context_column]))
-        spans = self.answer_spans(outputs, encoded, raw)
         # an example whose windows hold no valid span predicts the empty answer (as the HF recipe)
         return {key: contexts[key][span[0] : span[1]] if span else "" for key, span in spans.items()}
 

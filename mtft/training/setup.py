@@ -46,7 +46,8 @@ def build_model(config: RunConfig, data: PreparedData, model: Optional[ModelSect
             raise ConfigError(
                 "model.adapter.granularity=objective gives every loss objective its own adapter, but the evaluated "
                 f"{', '.join(untrained[:5])} {'is' if len(untrained) == 1 else 'are'} not trained "
-                "(zero-shot): use granularity=task, or the in_language protocol"
+                "(zero-shot): use granularity=task, or train every evaluated language (the in_language protocol, "
+                "no data.tasks.N.source_languages)"
             )
     # a row is routed by the task whose head predicts it (an evaluation-only task borrows its owner's adapter)
     method.apply(encoder, data.head_tasks(), data.objective_names, config.run.seed)

@@ -18,6 +18,7 @@ from typing import Sequence
 
 from mtft.config.paths import cache_dir
 from mtft.config.schema import ModelSection, OptimizerSection, RunConfig
+from mtft.core.atomic import MARKER
 from mtft.core.distributed import ProcessInfo
 from mtft.data.pipeline import task_training_texts
 from mtft.reporting.logs import logger
@@ -56,10 +57,17 @@ def _backbone_identity(config: RunConfig) -> dict:
     folder = Path(model.backbone)
     if folder.is_dir():  # a local folder (the cached pre-trained tiny one included) is named by its content
         digest = hashlib.sha256()
-        for file in sorted(f for f in folder.rglob("*") if f.is_file()):
+        for file in sorted(f for f in folder.rglob("*") if f.is_file() and not _bookkeeping(f.relative_to(folder))):
             digest.update(str(file.relative_to(folder)).encode() + b"\0" + file.read_bytes())
         identity = {"folder_content": digest.hexdigest()}
     return identity
+
+
+def _bookkeeping(path: Path) -> bool:
+    """What mtft writes beside a backbone's own files, which does not change the re-trained checkpoint: the λ_p
+    cache the forgetting monitors add to the folder (after a SURT run or before it), the completion marker, and
+    pre-training's record (its wall-clock seconds differ between two identical pre-trainings)."""
+    return path.parts[0] == "lambda_p" or path.name in (MARKER, "pretrain.json") and len(path.parts) == 1
 
 
 def surt_backbone(config: RunConfig, model: ModelSection, proc: ProcessInfo) -> ModelSection:

@@ -377,7 +377,9 @@ def test_zero3_monitors_on_two_processes_match_one_process(tmp_path, method):
             if key.startswith("retrieval"):  # a share of 200 nearest neighbours: a near-tie may flip one of them
                 assert y[key] == pytest.approx(value, abs=0.011), (x["step"], key)
             elif key != "seconds" and isinstance(value, float):
-                assert y[key] == pytest.approx(value, rel=1e-3, abs=1e-6), (x["step"], key)  # seen: 5e-4
+                # rel seen: 5e-4. F_p is a difference of L_p values near 6 whose float noise between the two
+                # partitionings is ~1e-6 of L_p: an F_p of 0.005 moved by 6e-6 (1e-3 of it) after 4 steps
+                assert y[key] == pytest.approx(value, rel=1e-3, abs=2e-5), (x["step"], key)
         assert ("retrieval/en-zh" if method == "full" else "retrieval/xnli/en-zh") in y  # Multi-LoRA: per adapter
     probes = [json.loads((out / "probe.json").read_text()) for out in (one, two)]
     assert [r["model"] for r in probes[0]] == [r["model"] for r in probes[1]] and probes[0]

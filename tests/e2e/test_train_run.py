@@ -171,6 +171,10 @@ def test_resume_with_a_different_config_is_refused(uninterrupted):
             "the evaluated xnli/de, xnli/ar, xnli/zh are not trained (zero-shot)",
         ),
         ("model.adapter.method=head weighting.shared=encoder", "no trainable parameter is shared by two objectives"),
+        (
+            "forgetting.enabled=true forgetting.retrieval.enabled=true forgetting.retrieval.layer=3",
+            "forgetting.retrieval.layer=3: the encoder has 2 layers (0 is the embeddings)",
+        ),
     ],
 )
 def test_bad_input_fails_in_one_line_and_writes_nothing(tmp_path, override, message):

@@ -35,6 +35,33 @@ def parse(args: list) -> dict | None:
     return request
 
 
+class Handover:
+    """One run handed to the warm server -- the protocol both of its clients speak (this script, and the test
+    process's ``WarmPython.run`` in tests/launch.py): the three standard streams as file descriptors (SCM_RIGHTS)
+    with one byte, the request as a JSON line; the server answers the run's pid in a JSON line, then its status (the
+    exit code, or minus the signal that killed it) once it has ended."""
+
+    def __init__(self, server: str, request: dict, streams: list) -> None:
+        self.connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.connection.connect(server)
+        socket.send_fds(self.connection, [b"F"], streams)
+        self.connection.sendall((json.dumps(request) + "\n").encode())
+        self.answers = self.connection.makefile("r", encoding="utf-8")
+        self.pid: int = json.loads(self.answers.readline())["pid"]
+
+    def status(self, timeout: float | None = None) -> int:
+        """Wait (at most ``timeout`` seconds: ``TimeoutError``) for the run's end; its status."""
+        self.connection.settimeout(timeout)
+        answer = self.answers.readline()
+        if not answer:
+            raise RuntimeError(f"the warm Python's reaper of run {self.pid} died")
+        return json.loads(answer)["status"]
+
+    def close(self) -> None:
+        self.answers.close()
+        self.connection.close()
+
+
 def main() -> None:
     server, args = sys.argv[1], sys.argv[2:]
     request = parse(args)
@@ -43,18 +70,13 @@ def main() -> None:
     if cold or not threads.isdigit() or not os.path.exists(server):
         os.execv(sys.executable, [sys.executable, *args])
     request.update(env=dict(os.environ), cwd=os.getcwd(), threads=int(threads))
-    connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    connection.connect(server)
-    socket.send_fds(connection, [b"F"], [0, 1, 2])
-    connection.sendall((json.dumps(request) + "\n").encode())
-    answers = connection.makefile("r", encoding="utf-8")
-    pid = json.loads(answers.readline())["pid"]
+    run = Handover(server, request, [0, 1, 2])
     for forwarded in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
-        signal.signal(forwarded, lambda number, _frame: os.kill(pid, number))
-    answer = answers.readline()
-    if not answer:
-        sys.exit(f"warm_client: the warm Python's reaper of {args} died")
-    status = json.loads(answer)["status"]
+        signal.signal(forwarded, lambda number, _frame: os.kill(run.pid, number))
+    try:
+        status = run.status()
+    except RuntimeError as error:
+        sys.exit(f"warm_client: {error} ({args})")
     if status < 0:  # killed by a signal: end the same way
         if -status != signal.SIGKILL:  # whose handler cannot be set
             signal.signal(-status, signal.SIG_DFL)

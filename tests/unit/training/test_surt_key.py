@@ -55,6 +55,22 @@ def test_a_local_backbone_is_keyed_by_its_content(tmp_path):
     assert surt_key(local, TEXTS) != first
 
 
+def test_what_mtft_writes_beside_a_local_backbone_leaves_its_key_alone(tmp_path):
+    """The λ_p cache the forgetting monitors add to the folder, the completion marker and pre-training's record (its
+    wall-clock seconds) do not change the re-trained checkpoint, so not the key either; a file of the model does."""
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    (tmp_path / "pretrain.json").write_text('{"seconds": 41.2}')
+    local = config(model={"backbone": str(tmp_path)})
+    first = surt_key(local, TEXTS)
+    (tmp_path / "pretrain.json").write_text('{"seconds": 57.9}')
+    (tmp_path / "COMPLETE").write_text("")
+    (tmp_path / "lambda_p").mkdir()
+    (tmp_path / "lambda_p" / "0123.json").write_text('{"lambda_p": 7.9}')
+    assert surt_key(local, TEXTS) == first
+    (tmp_path / "tokenizer.json").write_text("{}")
+    assert surt_key(local, TEXTS) != first
+
+
 def test_surt_lr_replaces_the_pretrain_peak_rate_only():
     cfg = config(
         stability={"surt": {"enabled": True, "lr": 2e-5}}, pretrain={"optimizer": {"name": "adamw", "lr": 5e-4}}
