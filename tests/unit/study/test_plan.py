@@ -236,8 +236,8 @@ def test_every_shipped_study_plans(path):
 
 def test_a_cell_with_an_unknown_language_is_refused_before_anything_runs(tmp_path):
     """Beyond the schema: the checks run.py makes before it starts (tasks, languages, metric, data, backbone)."""
-    path = write_study(tmp_path, grid={"data.tasks.0.languages": [["en"], ["xx"]]}, seeds=[0])
-    with pytest.raises(ConfigError, match=r"\[cell languages-xx\]: task 'xnli' has no language\(s\) xx"):
+    path = write_study(tmp_path, grid={"data.tasks.0.languages": [["en", "de"], ["en", "de", "xx"]]}, seeds=[0])
+    with pytest.raises(ConfigError, match=r"\[cell languages-en\.de\.xx\]: task 'xnli' has no language\(s\) xx"):
         plan(path)
 
 
