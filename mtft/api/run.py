@@ -143,9 +143,8 @@ class TrainedRun:
                 probabilities += _probabilities(task.head, decoder, logits, context)
         encoded = td.eval[language]
         spans: dict = {}
-        if task.head == "question_answering":  # the spans once: the answers are their texts
-            spans = task.answer_spans(outputs, encoded, raw)
-            by_id = task.span_texts(spans, raw)
+        if task.head == "question_answering":  # the answers and their spans from one search
+            by_id, spans = task.answers(outputs, encoded, raw)
         else:
             by_id = task.postprocess(outputs, encoded, raw, td.label_names)
         extra = dict(zip(encoded["id"], probabilities)) if probabilities else {}

@@ -125,20 +125,22 @@ class ExtractiveQATask(Task):
 
     # ----- predictions -------------------------------------------------------------------------------
     def postprocess(self, outputs, encoded, raw, label_names) -> dict[str, Any]:
-        return self.span_texts(self.answer_spans(outputs, encoded, raw), raw)
+        return self.answers(outputs, encoded, raw)[0]
 
-    def span_texts(self, spans: dict[str, Optional[tuple[int, int]]], raw) -> dict[str, str]:
-        """Per example, the text of its :meth:`answer_spans` span in its context."""
+    def answers(self, outputs, encoded, raw) -> tuple[dict[str, str], dict[str, Optional[tuple[int, int]]]]:
+        """Per example, its predicted answer text and that answer's character span ``(start, end)`` in its context:
+        the best-scoring span over its windows, without surrounding whitespace (some tokenizers' offsets include the
+        space before a word); the empty answer and ``None`` where no window holds a valid span (as the HF recipe)."""
         contexts = dict(zip(self.split_ids(raw), raw[self.context_column]))
-        # an example whose windows hold no valid span predicts the empty answer (as the HF recipe)
-        return {key: contexts[key][span[0] : span[1]] if span else "" for key, span in spans.items()}
+        spans = self._spans(outputs, encoded, contexts)
+        return {key: contexts[key][span[0] : span[1]] if span else "" for key, span in spans.items()}, spans
 
     def answer_spans(self, outputs, encoded, raw) -> dict[str, Optional[tuple[int, int]]]:
-        """Per example, the character span ``(start, end)`` of its predicted answer in its context: the best-scoring
-        span over its windows, without surrounding whitespace (some tokenizers' offsets include the space before a
-        word); ``None`` where no window holds a valid span."""
+        """The spans of :meth:`answers` alone."""
+        return self.answers(outputs, encoded, raw)[1]
+
+    def _spans(self, outputs, encoded, contexts: dict[str, str]) -> dict[str, Optional[tuple[int, int]]]:
         opts = self.options
-        contexts = dict(zip(self.split_ids(raw), raw[self.context_column]))
         best: dict[str, tuple[float, int, int]] = {}
         for key, (starts, ends), offsets in zip(encoded["id"], outputs, encoded["offset_mapping"]):
             for score, start, end in best_spans(starts, ends, offsets, opts.n_best_size, opts.max_answer_length):
