@@ -45,7 +45,7 @@ from mtft.tasks.base import DatasetRef
 from mtft.training import checkpoint as ckpt
 from mtft.training.engine import initialize, masked_lm_engine
 from mtft.training.rundir import create_run_dir
-from mtft.training.stage_cache import from_cache_or_fill, stage_key
+from mtft.training.stage_cache import content_digest, from_cache_or_fill, stage_key
 
 # bump when pre-training changes what it produces, to invalidate cached checkpoints (4: the fixture world of
 # translations and the BPE tiny tokenizer)
@@ -248,10 +248,7 @@ def _corpus_digest(config: RunConfig, languages: list[str]) -> str:
     root = Path(ref.data_files or ref.path)
     if not root.exists():
         return ref.path
-    digest = hashlib.sha256()
-    for file in sorted(p for p in (root.rglob("*") if root.is_dir() else [root]) if p.is_file()):
-        digest.update(str(file.relative_to(root.parent)).encode() + b"\0" + file.read_bytes())
-    return digest.hexdigest()
+    return content_digest(root, root.parent)
 
 
 def pretrained_backbone(config: RunConfig, proc: ProcessInfo) -> ModelSection:

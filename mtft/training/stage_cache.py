@@ -25,6 +25,17 @@ from mtft.core.runlock import waiting_lock
 from mtft.reporting.logs import logger
 
 
+def content_digest(root: Path, names_from: Path, skip: Callable[[Path], bool] = lambda _: False) -> str:
+    """A hash of the files under the folder ``root`` (or of the file ``root``), each named by its path relative to
+    ``names_from``, in sorted order: what keys a stage on local data or a local backbone by content. ``skip`` leaves
+    out a file of the folder by its path relative to ``root``."""
+    digest = hashlib.sha256()
+    files = (p for p in root.rglob("*") if not skip(p.relative_to(root))) if root.is_dir() else [root]
+    for file in sorted(p for p in files if p.is_file()):
+        digest.update(str(file.relative_to(names_from)).encode() + b"\0" + file.read_bytes())
+    return digest.hexdigest()
+
+
 def launch_parts(config: RunConfig, world_size: int) -> dict[str, Any]:
     """What of the launch and the numerics changes a trained checkpoint, whatever the stage."""
     return {

@@ -23,7 +23,7 @@ from mtft.core.distributed import ProcessInfo
 from mtft.data.pipeline import task_training_texts
 from mtft.reporting.logs import logger
 from mtft.training.pretrain import Pretraining, quiet_progress
-from mtft.training.stage_cache import from_cache_or_fill, stage_key
+from mtft.training.stage_cache import content_digest, from_cache_or_fill, stage_key
 
 SURT_VERSION = "1"  # bump when re-training changes what it produces, to invalidate cached checkpoints
 
@@ -56,10 +56,7 @@ def _backbone_identity(config: RunConfig) -> dict:
     identity = {"backbone": model.backbone, "revision": model.revision}
     folder = Path(model.backbone)
     if folder.is_dir():  # a local folder (the cached pre-trained tiny one included) is named by its content
-        digest = hashlib.sha256()
-        for file in sorted(f for f in folder.rglob("*") if f.is_file() and not _bookkeeping(f.relative_to(folder))):
-            digest.update(str(file.relative_to(folder)).encode() + b"\0" + file.read_bytes())
-        identity = {"folder_content": digest.hexdigest()}
+        identity = {"folder_content": content_digest(folder, folder, _bookkeeping)}
     return identity
 
 
