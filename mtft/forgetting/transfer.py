@@ -3,9 +3,10 @@
 Pre-train the tiny XLM-R (masked-LM, the library's tokenizer, packing and masking) on the generic text of the fixture
 world (:mod:`mtft.fixtures.generic_text`), fine-tune it with a linear head on the ``<s>`` state on the XNLI fixtures
 of the source languages only, and score every language (zero-shot on the targets). Three encoders answer where
-transfer comes from: the pre-trained one, the same architecture randomly initialised, and one pre-trained on a world
-whose languages share nothing (``shared=False``). Cross-lingual retrieval (:mod:`mtft.forgetting.retrieval`) on the
-parallel held-out text is measured at θ_p and as fine-tuning goes on, at several learning rates: the cross-lingual
+transfer comes from: the pre-trained one, the same architecture randomly initialised (averaged over several
+initialisations), and one pre-trained on a world whose languages share only the grammar -- no word, no fact, no
+parallel or code-switched sentence (``shared=False``). Cross-lingual retrieval (:mod:`mtft.forgetting.retrieval`) on
+the parallel held-out text is measured at θ_p and as fine-tuning goes on, at several learning rates: the cross-lingual
 knowledge fine-tuning forgets.
 
 A plain PyTorch loop on one process (no DeepSpeed, dropout off): seconds for the reduced setting of
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import math
 import random
+import statistics
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -71,8 +73,8 @@ def world_texts(setting: Setting, split: str) -> dict[str, list[str]]:
     }
 
 
-def pretrain(setting: Setting, cache_dir: Path) -> Backbone:
-    """Masked-LM pre-training from scratch on the world's training text, cosine schedule with 5% warm-up."""
+def architecture(setting: Setting, cache_dir: Path) -> tuple[object, XLMRobertaConfig]:
+    """The tokenizer (trained on the world's training text) and the tiny XLM-R configuration."""
     texts = world_texts(setting, "train")
     tokenizer = tiny_tokenizer([t for ts in texts.values() for t in ts], setting.vocab_size, cache_dir)
     config = XLMRobertaConfig(
@@ -89,6 +91,13 @@ def pretrain(setting: Setting, cache_dir: Path) -> Backbone:
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
     )
+    return tokenizer, config
+
+
+def pretrain(setting: Setting, cache_dir: Path) -> Backbone:
+    """Masked-LM pre-training from scratch on the world's training text, cosine schedule with 5% warm-up."""
+    texts = world_texts(setting, "train")
+    tokenizer, config = architecture(setting, cache_dir)
     torch.manual_seed(setting.seed)
     mlm = AutoModelForMaskedLM.from_config(config)
     blocks = [b for ts in texts.values() for b in packed_blocks(tokenizer, ts, setting.block_size)]
@@ -113,10 +122,14 @@ def pretrain(setting: Setting, cache_dir: Path) -> Backbone:
     return Backbone(tokenizer, config, mlm.base_model, sum(tail) / len(tail))
 
 
-def random_like(backbone: Backbone, seed: int) -> Backbone:
-    """The same architecture and tokenizer, randomly initialised (nothing pre-trained)."""
-    torch.manual_seed(seed + 1)
-    return Backbone(backbone.tokenizer, backbone.config, AutoModelForMaskedLM.from_config(backbone.config).base_model)
+def random_init(setting: Setting, cache_dir: Path, init: int = 0) -> Backbone:
+    """The same architecture and tokenizer, randomly initialised (nothing pre-trained); ``init`` numbers the
+    initialisations of one seed. On a target language such an encoder's prediction is a fixed, arbitrary function of
+    random embeddings of words it never saw in fine-tuning: right by chance, but per initialisation all or nothing
+    (a language's accuracy lands near 0, 1/3, 2/3 or 1), so the control is read over several."""
+    tokenizer, config = architecture(setting, cache_dir)
+    torch.manual_seed(1000 * setting.seed + init + 1)
+    return Backbone(tokenizer, config, AutoModelForMaskedLM.from_config(config).base_model)
 
 
 def retrieval_set(backbone: Backbone, setting: Setting) -> RetrievalSet:
@@ -204,6 +217,9 @@ def per_language(accuracy: dict[str, float], languages: list[str]) -> str:
     return ", ".join(f"{lang} {accuracy[lang]:.2f}" for lang in languages)
 
 
+ENCODERS = ("translations", "random", "independent")
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--languages", default="en,de,ar,zh", help="the first ones up to --sources are sources")
@@ -214,7 +230,17 @@ def main(argv: Optional[list[str]] = None) -> None:
     parser.add_argument("--every", type=int, default=50, help="retrieval every N fine-tuning steps")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--layer", type=int, default=1, help="layer of the retrieval curves (0: the embeddings)")
+    parser.add_argument(
+        "--encoders",
+        default=",".join(ENCODERS),
+        help="which rows: pre-trained on the world of translations (and its retrieval curves), randomly initialised, "
+        "pre-trained on the independent world",
+    )
+    parser.add_argument("--random-inits", type=int, default=5, help="initialisations the random-init row averages")
     args = parser.parse_args(argv)
+    encoders = args.encoders.split(",")
+    if not set(encoders) <= set(ENCODERS) or args.random_inits < 1:
+        parser.error(f"--encoders takes a comma list of {', '.join(ENCODERS)}; --random-inits at least 1")
     torch.set_num_threads(1)
     base = Setting(
         languages=tuple(args.languages.split(",")),
@@ -231,45 +257,59 @@ def main(argv: Optional[list[str]] = None) -> None:
         "source accuracy | target accuracy (per target) |"
     )
     print("|---|---|---:|---:|---:|---:|---:|")
-    with tempfile.TemporaryDirectory() as cache:
-        backbones = {}
-        for shared in (True, False):
-            setting = replace(base, shared=shared)
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = Path(tmp)
+        pre = None
+        if "translations" in encoders:
             start = time.perf_counter()
-            pre = pretrain(setting, Path(cache))
-            seconds = time.perf_counter() - start
-            backbones[shared] = (setting, pre)
-            encoders = [(f"pre-trained ({seconds:.0f} s)", pre)] + (
-                [("random init", random_like(pre, args.seed))] if shared else []
-            )
-            for name, backbone in encoders:
-                result = finetune(backbone, setting)
-                world = "translations" if shared else "independent"
-                loss = "–" if backbone.loss is None else f"{backbone.loss:.2f}"
-                bitexts = retrieval_set(backbone, setting)
-                middle, last = retrieval(backbone.encoder, bitexts, args.layer), retrieval(backbone.encoder, bitexts)
-                print(
-                    f"| {world} | {name} | {loss} | {middle:.3f} | {last:.3f} | "
-                    f"{macro(result['accuracy'], list(setting.sources)):.3f} | "
-                    f"{macro(result['accuracy'], setting.targets):.3f} "
-                    f"({per_language(result['accuracy'], setting.targets)}) |"
-                )
-        setting, pre = backbones[True]
-        bitexts = retrieval_set(pre, setting)
-        print(f"\nretrieval (layer {args.layer}) during fine-tuning (translations, {args.finetune_steps} steps):\n")
-        curves = {
-            lr: finetune(pre, setting, float(lr), args.finetune_steps, bitexts, args.every, args.layer)
-            for lr in args.lrs.split(",")
-        }
-        steps = [step for step, _ in next(iter(curves.values()))["retrieval"]]
-        print("| lr | " + " | ".join(f"step {s}" for s in steps) + " | target accuracy at the end |")
-        print("|---:|" + "---:|" * (len(steps) + 1))
-        for lr, result in curves.items():
-            print(
-                f"| {lr} | "
-                + " | ".join(f"{value:.3f}" for _, value in result["retrieval"])
-                + f" | {macro(result['accuracy'], setting.targets):.3f} |"
-            )
+            pre = pretrain(base, cache)
+            _row("translations", f"pre-trained ({time.perf_counter() - start:.0f} s)", [pre], base, args.layer)
+        if "random" in encoders:
+            inits = [random_init(base, cache, init) for init in range(args.random_inits)]
+            _row("translations", f"random init (mean of {len(inits)})", inits, base, args.layer)
+        if "independent" in encoders:
+            independent = replace(base, shared=False)
+            start = time.perf_counter()
+            other = pretrain(independent, cache)
+            _row("independent", f"pre-trained ({time.perf_counter() - start:.0f} s)", [other], independent, args.layer)
+        if pre is not None:
+            _curves(pre, base, args)
+
+
+def _row(world: str, name: str, backbones: list[Backbone], setting: Setting, layer: int) -> None:
+    """One table row: the means over ``backbones`` (± the standard deviation of the target macro when several)."""
+    results = [finetune(backbone, setting)["accuracy"] for backbone in backbones]
+    bitexts = retrieval_set(backbones[0], setting)  # one tokenizer for all
+    middle = statistics.mean(retrieval(b.encoder, bitexts, layer) for b in backbones)
+    last = statistics.mean(retrieval(b.encoder, bitexts) for b in backbones)
+    losses = [b.loss for b in backbones if b.loss is not None]
+    targets = [macro(r, setting.targets) for r in results]
+    spread = f" ± {statistics.stdev(targets):.3f}" if len(targets) > 1 else ""
+    mean = {lang: statistics.mean(r[lang] for r in results) for lang in setting.languages}
+    print(
+        f"| {world} | {name} | {f'{statistics.mean(losses):.2f}' if losses else '–'} | {middle:.3f} | {last:.3f} | "
+        f"{macro(mean, list(setting.sources)):.3f} | {statistics.mean(targets):.3f}{spread} "
+        f"({per_language(mean, setting.targets)}) |",
+        flush=True,
+    )
+
+
+def _curves(pre: Backbone, setting: Setting, args: argparse.Namespace) -> None:
+    bitexts = retrieval_set(pre, setting)
+    print(f"\nretrieval (layer {args.layer}) during fine-tuning (translations, {args.finetune_steps} steps):\n")
+    curves = {
+        lr: finetune(pre, setting, float(lr), args.finetune_steps, bitexts, args.every, args.layer)
+        for lr in args.lrs.split(",")
+    }
+    steps = [step for step, _ in next(iter(curves.values()))["retrieval"]]
+    print("| lr | " + " | ".join(f"step {s}" for s in steps) + " | target accuracy at the end |")
+    print("|---:|" + "---:|" * (len(steps) + 1))
+    for lr, result in curves.items():
+        print(
+            f"| {lr} | "
+            + " | ".join(f"{value:.3f}" for _, value in result["retrieval"])
+            + f" | {macro(result['accuracy'], setting.targets):.3f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -2,9 +2,10 @@
 
 One objective, WikiANN in English cut to 8 training examples, is memorised within ~20 steps; its gradient then
 nears zero and, being the shortest element of the convex hull, it is the min-norm direction. With β = 0 (the paper's
-LF-MLF) it takes all the weight and the two XNLI objectives stall where the collapse left them (on the previous
-fixtures at chance loss; on the world of translations their first ~25 steps, before the weight has moved, already
-take them from 1.10 to about 0.7); with the floor β = 0.3 each keeps ≥ β/T of the weight and they learn.
+LF-MLF) it takes all the weight and the two XNLI objectives stall where the collapse left them (on the fixtures of
+commit fb05dae at chance loss; on today's, whose label is one marker word, their first ~25 steps, before the weight
+has moved, already take them from 1.12 to about 0.3); with the floor β = 0.3 each keeps ≥ β/T of the weight and they
+learn (to about 0.01).
 """
 
 from __future__ import annotations
@@ -67,9 +68,9 @@ def test_beta_zero_collapses_onto_the_fitted_objective(runs):
     fitted = weights(events, "wikiann/en", after=20)
     assert sum(fitted) / len(fitted) > 0.95  # the memorised objective's near-zero gradient takes the weight
     assert losses(events, "wikiann/en")[-1] < 0.05
-    for name in XNLI:  # and the others stall: no progress over the last 20 steps, far from learnt (chance: ln 3)
-        last = losses(events, name)[-3:]  # steps 60, 70, 80, long after the collapse (measured: 0.69 -> 0.69)
-        assert last[-1] > 0.95 * last[0] and last[-1] > 0.5
+    for name in XNLI:  # and the others stall: little progress over the last 20 steps, far from learnt
+        last = losses(events, name)[-3:]  # steps 60, 70, 80, long after the collapse (measured: en 0.30 -> 0.28,
+        assert last[-1] > 0.8 * last[0] and last[-1] > 0.2  # ar 0.27 -> 0.24; the guarded run's: 0.01)
 
 
 def test_the_floor_keeps_every_objective_learning(runs):
@@ -78,7 +79,7 @@ def test_the_floor_keeps_every_objective_learning(runs):
         assert min(weights(guarded, name)) >= 0.3 / 3 - 1e-9  # every w_t ≥ β/T
     for name in XNLI:  # the objectives β = 0 stalls on improve
         assert losses(guarded, name)[-1] < 0.7 * losses(guarded, name)[0]
-        assert losses(guarded, name)[-1] < losses(collapsed, name)[-1] - 0.3
+        assert losses(guarded, name)[-1] < losses(collapsed, name)[-1] / 5  # measured: 0.013 against 0.28
     assert losses(guarded, "wikiann/en")[-1] < 0.05  # and the fitted one stays fitted
 
 

@@ -11,7 +11,7 @@ import torch
 
 from mtft.config import validate_config
 from mtft.core.errors import ConfigError, DataError
-from mtft.fixtures.lexicon import make_lexicon
+from mtft.fixtures.lexicon import MARKERS, make_lexicon
 from mtft.forgetting.retrieval import load_bitext, mean_pooled, retrieval_accuracy, retrieval_pairs
 
 
@@ -93,7 +93,7 @@ def concepts(text: str, language: str) -> list[tuple[str, int]]:
         for i in range(len(lex.nouns))
         if i < len(getattr(lex, kind))
     }
-    index.update({lex.negation: ("negation", 0), lex.hedge: ("hedge", 0)})
+    index.update({lex.word(marker): (marker, 0) for marker in MARKERS})
     return [index[word] for word in text.split()]
 
 
