@@ -120,3 +120,42 @@ def test_a_signal_to_the_launching_process_reaches_the_run_and_ends_it_the_same_
             assert process.stdout is not None and process.stdout.readline() == "waiting\n"
             process.send_signal(signal.SIGTERM)
             assert process.wait(timeout=60) == -signal.SIGTERM, python
+
+
+def test_a_dead_reaper_is_one_error_naming_the_run(tmp_path):
+    """The server answers the run's pid, then its connection closes before the status (its reaper died): the client's
+    error names the run by its script and arguments, not only by a pid (a fake server: no process is launched)."""
+    import socket
+    import threading
+
+    from tests.e2e.helpers.warm_client import Handover, command_line
+
+    path = str(tmp_path / "server")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+
+    def serve_then_die() -> None:
+        connection, _ = listener.accept()
+        _, fds, _, _ = socket.recv_fds(connection, 1, 3)
+        for fd in fds:
+            os.close(fd)
+        connection.makefile("r").readline()  # the request
+        connection.sendall(b'{"pid": 4242}\n')
+        connection.close()
+
+    server = threading.Thread(target=serve_then_die)
+    server.start()
+    with open(os.devnull, "rb") as null:
+        run = Handover(path, {"script": "run.py", "argv": ["--config", "x.yaml"]}, [null.fileno()] * 3)
+    server.join(timeout=10)
+    try:
+        assert run.pid == 4242
+        with pytest.raises(RuntimeError, match=r"reaper of run 4242 \(run.py --config x.yaml\) died"):
+            run.status(timeout=10)
+    finally:
+        run.close()
+        listener.close()
+    assert command_line({"module": "torch.distributed.run", "argv": ["--nproc-per-node", 2]}) == (
+        "-m torch.distributed.run --nproc-per-node 2"
+    )

@@ -35,6 +35,12 @@ def parse(args: list) -> dict | None:
     return request
 
 
+def command_line(request: dict) -> str:
+    """The launch as a command line names it: ``script args``, ``-m module args`` or ``-c ... args``."""
+    head = request.get("script") or (f"-m {request['module']}" if request.get("module") else "-c ...")
+    return " ".join([head, *map(str, request.get("argv", []))])
+
+
 class Handover:
     """One run handed to the warm server -- the protocol both of its clients speak (this script, and the test
     process's ``WarmPython.run`` in tests/launch.py): the three standard streams as file descriptors (SCM_RIGHTS)
@@ -42,6 +48,7 @@ class Handover:
     exit code, or minus the signal that killed it) once it has ended."""
 
     def __init__(self, server: str, request: dict, streams: list) -> None:
+        self.request = request
         self.connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.connection.connect(server)
         socket.send_fds(self.connection, [b"F"], streams)
@@ -54,7 +61,7 @@ class Handover:
         self.connection.settimeout(timeout)
         answer = self.answers.readline()
         if not answer:
-            raise RuntimeError(f"the warm Python's reaper of run {self.pid} died")
+            raise RuntimeError(f"the warm Python's reaper of run {self.pid} ({command_line(self.request)}) died")
         return json.loads(answer)["status"]
 
     def close(self) -> None:
@@ -76,7 +83,7 @@ def main() -> None:
     try:
         status = run.status()
     except RuntimeError as error:
-        sys.exit(f"warm_client: {error} ({args})")
+        sys.exit(f"warm_client: {error}")
     if status < 0:  # killed by a signal: end the same way
         if -status != signal.SIGKILL:  # whose handler cannot be set
             signal.signal(-status, signal.SIG_DFL)
