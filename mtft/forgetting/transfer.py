@@ -73,9 +73,8 @@ def world_texts(setting: Setting, split: str) -> dict[str, list[str]]:
     }
 
 
-def architecture(setting: Setting, cache_dir: Path) -> tuple[object, XLMRobertaConfig]:
-    """The tokenizer (trained on the world's training text) and the tiny XLM-R configuration."""
-    texts = world_texts(setting, "train")
+def architecture(setting: Setting, texts: dict[str, list[str]], cache_dir: Path) -> tuple[object, XLMRobertaConfig]:
+    """The tokenizer (trained on ``texts``, the world's training text) and the tiny XLM-R configuration."""
     tokenizer = tiny_tokenizer([t for ts in texts.values() for t in ts], setting.vocab_size, cache_dir)
     config = XLMRobertaConfig(
         vocab_size=len(tokenizer),
@@ -97,7 +96,7 @@ def architecture(setting: Setting, cache_dir: Path) -> tuple[object, XLMRobertaC
 def pretrain(setting: Setting, cache_dir: Path) -> Backbone:
     """Masked-LM pre-training from scratch on the world's training text, cosine schedule with 5% warm-up."""
     texts = world_texts(setting, "train")
-    tokenizer, config = architecture(setting, cache_dir)
+    tokenizer, config = architecture(setting, texts, cache_dir)
     torch.manual_seed(setting.seed)
     mlm = AutoModelForMaskedLM.from_config(config)
     blocks = [b for ts in texts.values() for b in packed_blocks(tokenizer, ts, setting.block_size)]
@@ -122,14 +121,17 @@ def pretrain(setting: Setting, cache_dir: Path) -> Backbone:
     return Backbone(tokenizer, config, mlm.base_model, sum(tail) / len(tail))
 
 
-def random_init(setting: Setting, cache_dir: Path, init: int = 0) -> Backbone:
-    """The same architecture and tokenizer, randomly initialised (nothing pre-trained); ``init`` numbers the
-    initialisations of one seed. On a target language such an encoder's prediction is a fixed, arbitrary function of
-    random embeddings of words it never saw in fine-tuning: right by chance, but per initialisation all or nothing
-    (a language's accuracy lands near 0, 1/3, 2/3 or 1), so the control is read over several."""
-    tokenizer, config = architecture(setting, cache_dir)
-    torch.manual_seed(1000 * setting.seed + init + 1)
-    return Backbone(tokenizer, config, AutoModelForMaskedLM.from_config(config).base_model)
+def random_inits(setting: Setting, cache_dir: Path, count: int) -> list[Backbone]:
+    """``count`` initialisations of the same architecture and tokenizer, nothing pre-trained. On a target language
+    such an encoder's prediction is a fixed, arbitrary function of random embeddings of words it never saw in
+    fine-tuning: right by chance, but per initialisation all or nothing (a language's accuracy lands near 0, 1/3, 2/3
+    or 1), so the control is read over several."""
+    tokenizer, config = architecture(setting, world_texts(setting, "train"), cache_dir)
+    inits = []
+    for init in range(count):
+        torch.manual_seed(1000 * setting.seed + init + 1)
+        inits.append(Backbone(tokenizer, config, AutoModelForMaskedLM.from_config(config).base_model))
+    return inits
 
 
 def retrieval_set(backbone: Backbone, setting: Setting) -> RetrievalSet:
@@ -265,7 +267,7 @@ def main(argv: Optional[list[str]] = None) -> None:
             pre = pretrain(base, cache)
             _row("translations", f"pre-trained ({time.perf_counter() - start:.0f} s)", [pre], base, args.layer)
         if "random" in encoders:
-            inits = [random_init(base, cache, init) for init in range(args.random_inits)]
+            inits = random_inits(base, cache, args.random_inits)
             _row("translations", f"random init (mean of {len(inits)})", inits, base, args.layer)
         if "independent" in encoders:
             independent = replace(base, shared=False)

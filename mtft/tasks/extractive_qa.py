@@ -135,10 +135,6 @@ class ExtractiveQATask(Task):
         spans = self._spans(outputs, encoded, contexts)
         return {key: contexts[key][span[0] : span[1]] if span else "" for key, span in spans.items()}, spans
 
-    def answer_spans(self, outputs, encoded, raw) -> dict[str, Optional[tuple[int, int]]]:
-        """The spans of :meth:`answers` alone."""
-        return self.answers(outputs, encoded, raw)[1]
-
     def _spans(self, outputs, encoded, contexts: dict[str, str]) -> dict[str, Optional[tuple[int, int]]]:
         opts = self.options
         best: dict[str, tuple[float, int, int]] = {}

@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from mtft.forgetting.transfer import Setting, finetune, pretrain, random_init
+from mtft.forgetting.transfer import Setting, finetune, pretrain, random_inits
 
 REDUCED = Setting(
     languages=("en", "de"),
@@ -42,8 +42,8 @@ def one_thread():
 def test_target_accuracy_comes_from_pretraining_on_a_world_of_translations(tmp_path, one_thread):
     pre = pretrain(REDUCED, tmp_path)
     transferred = finetune(pre, REDUCED)["accuracy"]
-    # A random encoder's de accuracy is all or nothing per initialisation (random_init): read over three.
-    scratch = [finetune(random_init(REDUCED, tmp_path, init), REDUCED)["accuracy"] for init in range(3)]
+    # A random encoder's de accuracy is all or nothing per initialisation (random_inits): read over three.
+    scratch = [finetune(init, REDUCED)["accuracy"] for init in random_inits(REDUCED, tmp_path, 3)]
     scratch_de = sum(accuracy["de"] for accuracy in scratch) / len(scratch)
     independent = replace(REDUCED, shared=False)
     unrelated = finetune(pretrain(independent, tmp_path), independent)["accuracy"]
@@ -69,8 +69,8 @@ def test_the_command_refuses_unknown_encoders_in_one_line(capsys):
 
 def test_random_initialisations_differ_and_share_the_tokenizer(tmp_path):
     setting = replace(REDUCED, pretrain_steps=1)
-    first, second = random_init(setting, tmp_path, 0), random_init(setting, tmp_path, 1)
+    first, second = random_inits(setting, tmp_path, 2)
     assert first.tokenizer.get_vocab() == second.tokenizer.get_vocab() and first.loss is None
     embeddings = [b.encoder.embeddings.word_embeddings.weight for b in (first, second)]
     assert not torch.equal(*embeddings)
-    assert torch.equal(random_init(setting, tmp_path, 0).encoder.embeddings.word_embeddings.weight, embeddings[0])
+    assert torch.equal(random_inits(setting, tmp_path, 1)[0].encoder.embeddings.word_embeddings.weight, embeddings[0])

@@ -183,7 +183,7 @@ def test_qa_postprocess_maps_the_best_span_back_to_context_text(tokenizer):
         "f1": 1.0,
     }
     # the answer's character offsets: the gold ones (answer_start), the prediction's text in its context
-    spans = task.answer_spans(outputs, encoded, raw)
+    spans = task.answers(outputs, encoded, raw)[1]
     contexts = dict(zip(task.split_ids(raw), raw[task.context_column]))
     gold = dict(zip(task.split_ids(raw), raw[task.label_column]))
     for key, (start, end) in spans.items():
@@ -197,7 +197,7 @@ def test_qa_answer_spans_leave_out_the_space_a_tokenizer_puts_before_a_word():
     )
     encoded = {"id": ["a", "b"], "offset_mapping": [[[0, 3], [3, 7], [7, 14]], [NOT_CONTEXT]]}
     outputs = [([0.0, 5.0, 0.0], [0.0, 0.0, 5.0]), ([1.0], [1.0])]  # a: " two  three" (offsets 3..14); b: no span
-    assert task.answer_spans(outputs, encoded, raw) == {"a": (4, 14), "b": None}
+    assert task.answers(outputs, encoded, raw)[1] == {"a": (4, 14), "b": None}
     assert task.postprocess(outputs, encoded, raw, []) == {"a": "two  three", "b": ""}
 
 
