@@ -9,22 +9,22 @@ languages give the run's ``metrics.json``. The result is a folder of its own, wr
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional, Sequence
 
 import datasets
 
-from mtft.api.run import TrainedRun, load_run
+from mtft.api.run import TrainedRun, load_run, output_policy
 from mtft.config import config_to_yaml, load_config
 from mtft.config.schema import RunConfig
-from mtft.core.atomic import AtomicFolder, write_json, write_text
+from mtft.core.atomic import write_json, write_text
 from mtft.core.errors import CheckpointError, ConfigError, DataError, UserError
 from mtft.data.batching import BatchBuilder
 from mtft.data.pipeline import PreparedData, prepare_data
 from mtft.data.selection import select_tasks
 from mtft.evaluation.evaluate import Evaluation, evaluate, metrics_record, write_predictions
 from mtft.evaluation.majority import majority_baselines
+from mtft.models.folders import read_json
 from mtft.reporting.report import write_report
 from mtft.training.restore import find_run_dir
 
@@ -52,9 +52,10 @@ def evaluate_run(
     run_dir: Path, out: Path, overrides: Sequence[str] = (), checkpoint: Optional[str] = None
 ) -> Evaluation:
     """Evaluate ``run_dir`` (at ``checkpoint``, see :func:`mtft.api.load_run`) as ``overrides`` say; write it to
-    ``out``, which must not exist or be empty and may not lie inside the run folder."""
+    ``out``, which must not exist or be empty and may not lie inside the run folder (:func:`output_policy`)."""
     config = evaluation_config(run_dir, overrides)
-    AtomicFolder(out).check()
+    policy = output_policy(run_dir)
+    policy.check_folder(out)
     run = load_run(run_dir, checkpoint)
     datasets.disable_progress_bars()
     data = prepare_data(config, lambda texts: run.loaded.tokenizer)
@@ -62,7 +63,7 @@ def evaluate_run(
     result = evaluate(run.loaded.model, data, BatchBuilder(data), config.evaluation.batch_size, "cpu")
     result.metrics.update(majority_baselines(data))
     step = checkpoint_step(run.loaded.checkpoint)
-    with AtomicFolder(out).writing(kind="evaluation", run=str(run.run_dir.resolve())) as partial:
+    with policy.writing_folder(out, kind="evaluation", run=str(run.run_dir.resolve())) as partial:
         write_predictions(partial, config.evaluation.split, result.predictions)
         write_json(partial / "metrics.json", metrics_record(step, result.metrics, data))
         write_text(partial / "config.yaml", config_to_yaml(config))
@@ -112,5 +113,6 @@ def checkpoint_step(checkpoint: Path) -> Optional[int]:
     """The training step of ``checkpoint``'s weights (a training checkpoint's state, or best/'s metrics)."""
     for name in ("trainer_state.json", "metrics.json"):
         if (checkpoint / name).is_file():
-            return json.loads((checkpoint / name).read_text()).get("step")
+            record = read_json(checkpoint / name)
+            return record.get("step") if isinstance(record, dict) else None
     raise CheckpointError(f"{checkpoint}: no trainer_state.json or metrics.json to read its step from")

@@ -70,9 +70,9 @@ def from_records(records: Sequence[Any], task: Task) -> datasets.Dataset:
     return datasets.Dataset.from_list(rows)
 
 
-def prepare_input(task: Task, dataset: datasets.Dataset, where: str) -> datasets.Dataset:
-    """``dataset`` checked as a split is (columns, values, the task's own checks), with a placeholder label column
-    and row-number ids where it has none."""
+def prepare_input(task: Task, dataset: datasets.Dataset, where: str, offset: int = 0) -> datasets.Dataset:
+    """``dataset`` (rows ``offset``... of the input, for messages) checked as a split is (columns, values, the
+    task's own checks), with a placeholder label column and row-number ids where it has none."""
     needed = [c for c in task.required_columns() if c not in (task.label_column, task.id_column)]
     missing = [c for c in needed if c not in dataset.column_names]
     if missing:
@@ -83,10 +83,10 @@ def prepare_input(task: Task, dataset: datasets.Dataset, where: str) -> datasets
     if len(dataset) == 0:
         raise DataError(f"{where}: no rows")
     if task.id_column and task.id_column not in dataset.column_names:
-        dataset = dataset.add_column(task.id_column, [str(i) for i in range(len(dataset))])
+        dataset = dataset.add_column(task.id_column, [str(offset + i) for i in range(len(dataset))])
     if task.label_column not in dataset.column_names:
         dataset = dataset.add_column(task.label_column, [placeholder_label(task, row) for row in dataset])
-    rows = range(len(dataset))
+    rows = range(offset, offset + len(dataset))
     check_rows(task, dataset, where, rows)
     dataset = task.check_split(dataset, where, rows)
     if len(dataset) == 0:

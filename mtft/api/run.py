@@ -11,7 +11,7 @@ context for extractive QA (``answer_start``, ``answer_end``; null for the empty 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Iterator, Optional, Sequence, Union
 
 import datasets
 import torch
@@ -19,36 +19,35 @@ from tqdm import tqdm
 
 from mtft.api.inputs import from_records, load_input, prepare_input
 from mtft.config.schema import RunConfig
-from mtft.core.errors import CheckpointError, ConfigError
+from mtft.core.errors import CheckpointError, ConfigError, DataError
+from mtft.core.output import OutputPolicy
 from mtft.data.batching import BatchBuilder
 from mtft.data.pipeline import Objective, PreparedData, TaskData, _encode, _objective_key
 from mtft.data.selection import SelectedTask, select_tasks
 from mtft.evaluation.evaluate import batch_logits
+from mtft.tasks.base import Task
 from mtft.training.restore import LoadedRun, find_run_dir
 from mtft.training.restore import load_run as restore_run
 
+CHUNK_ROWS = 1024  # rows encoded and predicted at a time: memory is flat in the number of rows
 UNNAMED = "input"  # the language of rows given without one (adapters kept per task route them all the same)
 
 
-def load_run(run_dir: Union[str, Path], checkpoint: Optional[str] = None) -> "TrainedRun":
+def load_run(run_dir: Union[str, Path], checkpoint: Union[str, Path, None] = None) -> "TrainedRun":
     """The run in ``run_dir`` with the weights of ``checkpoint``: ``best`` (the default where the run kept one,
     else its newest complete checkpoint), ``latest``, a checkpoint's folder name (``step-00000120``) or path."""
-    return TrainedRun(restore_run(*_checkpoint(Path(run_dir), checkpoint)))
+    return TrainedRun(restore_run(Path(run_dir), checkpoint))
 
 
-def _checkpoint(run_dir: Path, name: Optional[str]) -> tuple[Path, Optional[Path]]:
-    root, found = find_run_dir(run_dir)
-    if found is not None or name == "latest":
-        return root, found
-    if name is None:
-        return root, root / "best" if (root / "best" / "model.safetensors").is_file() else None
-    for candidate in (root / name, root / "checkpoints" / name, Path(name)):
-        if (candidate / "model.safetensors").is_file():
-            return root, candidate
-    kept = sorted(p.name for p in (root / "checkpoints").glob("step-*")) + (
-        ["best"] if (root / "best").is_dir() else []
-    )
-    raise CheckpointError(f"{root} has no checkpoint {name!r}; it has: {', '.join(kept) or 'none'}")
+def output_policy(run_dir: Union[str, Path], *inputs: Union[str, Path]) -> OutputPolicy:
+    """Where a command that writes from a run (predict, evaluate, export) may write: never inside the run, never
+    over one of its ``inputs`` (:mod:`mtft.core.output`). Checked before the run is read: a folder that is not a
+    run (refused when it loads) counts as the run folder itself."""
+    try:
+        root = find_run_dir(Path(run_dir))[0]
+    except CheckpointError:
+        root = Path(run_dir)
+    return OutputPolicy("--out", inputs=[run_dir, *inputs], runs=[root])
 
 
 def read_input(
@@ -64,7 +63,8 @@ def read_input(
         )
     data = config.data
     dataset, where = load_input(chosen.task, source, split, language, chosen.protocol, data.sources, data.cache_dir)
-    return prepare_input(chosen.task, dataset, where), where
+    prepare_input(chosen.task, in_memory(dataset, 0, CHUNK_ROWS), where)  # columns and the first rows, early
+    return dataset, where
 
 
 def unknown_task(task: str, tasks: list[str]) -> ConfigError:
@@ -104,12 +104,44 @@ class TrainedRun:
         where: Optional[str] = None,
     ) -> list[dict[str, Any]]:
         """Predictions for ``rows`` (texts, dicts of the task's columns, or a dataset, e.g. from
-        :func:`read_input`), one dict per example in their order: ``id``, ``prediction`` (as the run's
-        predictions files hold it) and the extras."""
+        :func:`read_input`), one dict per row in their order: ``id``, ``prediction`` (as the run's predictions
+        files hold it) and the extras. See :meth:`iter_predict` for rows too many to hold."""
+        return list(self.iter_predict(task, rows, language, batch_size, progress, where))
+
+    def iter_predict(
+        self,
+        task: str,
+        rows: Union[Sequence[Any], datasets.Dataset],
+        language: Optional[str] = None,
+        batch_size: Optional[int] = None,
+        progress: bool = False,
+        where: Optional[str] = None,
+        chunk_rows: Optional[int] = None,
+    ) -> Iterator[dict[str, Any]]:
+        """:meth:`predict`, row by row, ``chunk_rows`` rows encoded at a time: memory does not grow with the
+        number of rows (a dataset from :func:`read_input` stays on disk). Each row keeps the input's own id (the
+        task's id column, else an ``id`` column, else the row number) and is answered as its own, whatever its id:
+        repeated ids get one answer each."""
         chosen = self.task(task)
         dataset = rows if isinstance(rows, datasets.Dataset) else from_records(rows, chosen.task)
         where = where or f"task {task!r} input"
-        return self._predict(chosen, dataset, language or UNNAMED, where, batch_size, progress)
+        size = chunk_rows or CHUNK_ROWS
+        bar = tqdm(total=len(dataset), desc=f"predict {task}", disable=not progress, dynamic_ncols=True, unit="row")
+        with bar:
+            for start in range(0, len(dataset), size):
+                chunk = in_memory(dataset, start, size)
+                ids = input_ids(chosen.task, chunk, start) if plain_ids(chosen.task) else None
+                answered = self._predict(
+                    chosen, own_ids(chosen.task, chunk, start), language or UNNAMED, where, batch_size, start
+                )
+                if len(answered) != len(chunk):  # a task that drops rows it cannot read (never with new input)
+                    raise DataError(
+                        f"{where}: rows {start}-{start + len(chunk) - 1}: the task answered "
+                        f"{len(answered)} of {len(chunk)}"
+                    )
+                for n, row in enumerate(answered):
+                    yield {**row, "id": ids[n]} if ids is not None else row
+                bar.update(len(chunk))
 
     def predict_input(
         self, task: str, source: str, language: Optional[str] = None, split: str = "test", **options: Any
@@ -119,11 +151,12 @@ class TrainedRun:
         return self.predict(task, dataset, language, where=where, **options)
 
     def _predict(
-        self, chosen: SelectedTask, raw: datasets.Dataset, language: str, where: str, batch_size, progress: bool
+        self, chosen: SelectedTask, raw: datasets.Dataset, language: str, where: str, batch_size, offset: int
     ) -> list[dict[str, Any]]:
+        """One row per row of ``raw`` (rows ``offset``... of the input), in order; ids are the task's."""
         task, run = chosen.task, self.loaded
         head = task.evaluate_with or task.name
-        raw = prepare_input(task, raw, where)
+        raw = prepare_input(task, raw, where, offset)
         data = self._data(chosen, raw, language, where)
         td = data.tasks[task.name]
         builder, objective = BatchBuilder(data), Objective(task.name, language)
@@ -132,12 +165,7 @@ class TrainedRun:
         probabilities: list = []
         decoder = run.model.heads[head]
         with torch.no_grad():
-            for index in tqdm(
-                range(builder.eval_batch_count(task.name, language, size)),
-                desc=f"predict {task.name}",
-                disable=not progress,
-                dynamic_ncols=True,
-            ):
+            for index in range(builder.eval_batch_count(task.name, language, size)):
                 logits, context = batch_logits(run.model, data, builder, objective, size, index, "cpu", False)
                 outputs += decoder.decode(logits, **context)
                 probabilities += _probabilities(task.head, decoder, logits, context)
@@ -186,6 +214,38 @@ class TrainedRun:
         name = key(Objective(head, language))
         routed = {(head, language): run.objectives.index(name)} if name in run.objectives else {}
         return PreparedData(tasks, run.tokenizer, [], [], list(run.objectives), routed)
+
+
+def in_memory(dataset: datasets.Dataset, start: int, size: int) -> datasets.Dataset:
+    """Rows ``start``..``start + size`` of ``dataset`` as a dataset in memory: encoding it writes no cache file."""
+    return dataset.select(range(start, min(start + size, len(dataset)))).flatten_indices(keep_in_memory=True)
+
+
+def plain_ids(task: Task) -> bool:
+    """Whether ``task``'s example ids are its id column's values as they are (or the row numbers): not structured
+    indices that the task reads with an ``example_ids`` of its own (SuperGLUE's MultiRC and ReCoRD)."""
+    return type(task).example_ids is Task.example_ids
+
+
+def input_ids(task: Task, rows: datasets.Dataset, offset: int) -> list[str]:
+    """The ids a user gave ``rows`` (rows ``offset``... of the input), as strings like the ids of a run's
+    predictions files: the task's id column, else a column ``id``, else the row numbers."""
+    for column in (task.id_column, "id"):
+        if column and column in rows.column_names:
+            return [str(value) for value in rows[column]]
+    return [str(offset + n) for n in range(len(rows))]
+
+
+def own_ids(task: Task, rows: datasets.Dataset, offset: int) -> datasets.Dataset:
+    """``rows`` with ids of the task's form that tell every row apart (the row numbers), so that two rows with
+    one id are still answered as two (:func:`input_ids` gives them their own ids back). A task whose ids are
+    structured (SuperGLUE's MultiRC and ReCoRD indices, read by its own ``example_ids``) keeps its ids: its
+    checks refuse repeated ones."""
+    if task.id_column is None or not plain_ids(task):
+        return rows
+    if task.id_column in rows.column_names:
+        rows = rows.remove_columns(task.id_column)
+    return rows.add_column(task.id_column, [str(offset + n) for n in range(len(rows))])
 
 
 def _probabilities(kind: str, head, logits, context) -> list[list[float]]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from mtft.commands.export import check_out
+from mtft.training.restore import CHECKPOINT_HELP
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,20 +22,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--run", required=True, type=Path, help="the run directory (run.output_dir)")
     parser.add_argument("--out", required=True, type=Path, help="a new (or empty) folder for the evaluation")
-    parser.add_argument(
-        "--checkpoint",
-        default=None,
-        help="best (the default, where the run kept one), latest, or a checkpoint folder (step-00000120 or a path)",
-    )
+    parser.add_argument("--checkpoint", default=None, help=CHECKPOINT_HELP)
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="data.* and evaluation.* overrides")
     return parser
 
 
 def main(args: argparse.Namespace) -> int:
     from mtft.api.evaluate import evaluate_run, evaluation_config
+    from mtft.api.run import output_policy
 
     evaluation_config(args.run, args.overrides)  # a bad override or a folder that is not a run: before any loading
-    check_out(args.out, args.run)
+    output_policy(args.run).check_folder(args.out)
     result = evaluate_run(args.run, args.out, args.overrides, args.checkpoint)
     summary = ", ".join(f"{k}={v:.4f}" for k, v in result.metrics.items() if k.count("/") == 1 and "majority" not in k)
     print(f"{summary}\n-> {args.out}")

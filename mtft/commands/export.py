@@ -21,7 +21,7 @@ import json
 import re
 import warnings
 from pathlib import Path
-from typing import Iterator, Optional, Union
+from typing import Iterator, Union
 
 import peft
 import torch
@@ -29,11 +29,13 @@ from peft.tuners.lora import LoraLayer
 from safetensors.torch import save_file
 
 from mtft.adapters import METHODS, AdapterMethod
-from mtft.core.atomic import AtomicFolder, write_json
+from mtft.api.run import output_policy
+from mtft.core.atomic import write_json
 from mtft.core.distributed import quiet_cpu_accelerator
 from mtft.core.errors import CheckpointError
+from mtft.core.output import OutputPolicy
 from mtft.core.paths import inside
-from mtft.training.restore import LoadedRun, find_run_dir, load_run
+from mtft.training.restore import CHECKPOINT_HELP, LoadedRun, load_run
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,12 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--run", required=True, type=Path, help="the run directory (run.output_dir)")
     parser.add_argument("--out", required=True, type=Path, help="a new (or empty) directory to write into")
-    parser.add_argument(
-        "--checkpoint",
-        type=Path,
-        default=None,
-        help="checkpoint folder to export (default: the run's newest complete checkpoint; <run>/best for the best one)",
-    )
+    parser.add_argument("--checkpoint", default=None, help=CHECKPOINT_HELP)
     parser.add_argument(
         "--merge",
         action="store_true",
@@ -67,26 +64,28 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def export_run(run_dir: Path, out: Path, checkpoint: Optional[Path] = None, merge: bool = False) -> list[Path]:
+def export_run(run_dir: Path, out: Path, checkpoint: Union[str, Path, None] = None, merge: bool = False) -> list[Path]:
     """Write every adapter (with ``merge``: every task's encoder with its adapter merged in; without adapters: the
-    encoder) of ``run_dir`` under ``out`` (which must not exist or be empty); return the folders written.
-    Written as one atomic folder (:mod:`mtft.core.atomic`): a failure leaves nothing behind."""
+    encoder) of ``run_dir`` at ``checkpoint`` (best/ by default, as every command) under ``out`` (which must not
+    exist or be empty); return the folders written. Written under the output policy (:mod:`mtft.core.output`):
+    whole or not at all, never inside the run, a second writer refused."""
     out = Path(out)
-    check_out(out, run_dir)
+    policy = output_policy(run_dir)
+    policy.check_folder(out)
     quiet_cpu_accelerator()  # PEFT's save asks transformers about DeepSpeed, which would warn about the CPU
     run = load_run(run_dir, checkpoint)
     method = run.config.model.adapter.method
     if run.method.routing is None and not run.method.exports_lora:  # full fine-tuning, heads only: no adapters
         if merge:
             raise CheckpointError(f"{run_dir} fine-tuned with model.adapter.method={method}: no adapter to --merge")
-        return _export_encoder(run, out, method)
+        return _export_encoder(run, out, method, policy)
     if not run.method.exports_lora:
         exportable = " or ".join(sorted(name for name, cls in METHODS.items() if cls.exports_lora))
         raise CheckpointError(
             f"{run_dir} fine-tuned with model.adapter.method={method}; export writes LoRA adapters ({exportable} runs)"
         )
     slots = _slots(run)
-    with AtomicFolder(out).writing(kind="export", method=method) as partial, _quiet_libraries():
+    with policy.writing_folder(out, kind="export", method=method) as partial, _quiet_libraries():
         base_ref = _write_base(run, partial) if not merge else run.config.model.backbone
         for slot, (name, task) in enumerate(slots):
             folder = inside(partial, *name.split("/"))  # an objective's slot is <task>/<language>
@@ -112,10 +111,10 @@ def export_run(run_dir: Path, out: Path, checkpoint: Optional[Path] = None, merg
     return [inside(out, *name.split("/")) for name, _ in slots]
 
 
-def _export_encoder(run: LoadedRun, out: Path, method: str) -> list[Path]:
+def _export_encoder(run: LoadedRun, out: Path, method: str, policy: OutputPolicy) -> list[Path]:
     """A run without adapters: ``encoder/`` (the fine-tuned encoder as its backbone's own Transformers class,
     with the tokenizer) and one folder per task holding its head."""
-    with AtomicFolder(out).writing(kind="export", method=method) as partial, _quiet_libraries():
+    with policy.writing_folder(out, kind="export", method=method) as partial, _quiet_libraries():
         _save_encoder(run.model.encoder, run, partial / "encoder")
         for task in run.heads:
             _write_head(run, task, inside(partial, task))
@@ -139,27 +138,6 @@ def _save_encoder(encoder: torch.nn.Module, run: LoadedRun, folder: Path) -> Non
     when the class has it, which nothing of the run reads (``last_hidden_state`` is the encoder's output)."""
     encoder.save_pretrained(str(folder))
     run.tokenizer.save_pretrained(str(folder))
-
-
-def check_out(out: Path, run_dir: Path) -> None:
-    """``--out`` of a command that writes a folder from a run (export, evaluate): missing or empty, no
-    ``<out>.partial`` or ``<out>.previous`` of the user's beside it, and not inside the run folder."""
-    # never delete or replace what mtft did not write: only a missing or empty --out is written (an empty
-    # folder holds nothing to lose), not even an earlier export
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise CheckpointError(f"output directory {out} exists and is not empty; choose another --out")
-    AtomicFolder(out).check()  # a <out>.partial or <out>.previous of the user's is refused before the run loads
-    _refuse_inside_run(out, find_run_dir(run_dir)[0])
-
-
-def _refuse_inside_run(out: Path, run_dir: Path) -> None:
-    """An export is never written inside the run folder. The folder's layout is the run's: an export (a complete
-    atomic folder) under ``checkpoints/`` or as ``best/`` is taken for the run's newest or best checkpoint, which
-    breaks its next export and --resume; checkpoint rotation and a study's re-run replace what lies there. Where
-    the run does not look today, it may tomorrow, so the whole folder is refused rather than a list of names."""
-    resolved, root = out.resolve(), run_dir.resolve()
-    if resolved == root or root in resolved.parents:
-        raise CheckpointError(f"--out {out} is inside the run folder {run_dir}, which the run owns; export elsewhere")
 
 
 @contextlib.contextmanager

@@ -7,7 +7,11 @@ label name, the BIO tags (one per word), the answer text, the choice's name or t
 ``predictions/`` files hold them (``run.py score`` scores it) -- and ``probabilities`` (classification, multiple
 choice) or ``entities`` (token classification: word spans, end exclusive). ``--language`` may be any language,
 one the run never trained on included; it names the config of a Hub dataset and routes adapters kept per
-(task, language) objective. The file appears whole or not at all.
+(task, language) objective. Each row keeps the input's own id (its id column, else the row number) and is
+answered as its own. Rows are predicted and written a chunk at a time (memory does not grow with the input).
+
+``--out`` follows mtft's output policy (:mod:`mtft.core.output`): never the input, never inside a run folder,
+never through a symbolic link, an existing file only with ``--overwrite``; the file appears whole or not at all.
 """
 
 from __future__ import annotations
@@ -18,9 +22,8 @@ from pathlib import Path
 
 from mtft.config import load_config
 from mtft.config.schema import RunConfig
-from mtft.core.atomic import write_text
 from mtft.core.errors import CheckpointError, ConfigError, UserError
-from mtft.training.restore import find_run_dir
+from mtft.training.restore import CHECKPOINT_HELP, find_run_dir
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,14 +33,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--run", required=True, type=Path, help="the run directory (run.output_dir)")
     parser.add_argument("--task", required=True, help="one of the run's tasks")
     parser.add_argument("--input", required=True, help="a .jsonl/.json/.csv/.parquet file, a Hub id or dataset folder")
-    parser.add_argument("--out", required=True, type=Path, help="the JSON-lines file to write")
+    parser.add_argument("--out", required=True, type=Path, help="the JSON-lines file to write (a new file)")
+    parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
     parser.add_argument("--language", default=None, help="the input's language (any; default: none named)")
     parser.add_argument("--split", default="test", help="the split of a Hub id or dataset folder (default: test)")
-    parser.add_argument(
-        "--checkpoint",
-        default=None,
-        help="best (the default, where the run kept one), latest, or a checkpoint folder (step-00000120 or a path)",
-    )
+    parser.add_argument("--checkpoint", default=None, help=CHECKPOINT_HELP)
     parser.add_argument("--batch-size", type=int, default=None, help="default: the run's evaluation.batch_size")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
@@ -46,22 +46,23 @@ def build_parser() -> argparse.ArgumentParser:
 def main(args: argparse.Namespace) -> int:
     import datasets
 
-    from mtft.api.run import load_run, read_input
+    from mtft.api.run import load_run, output_policy, read_input
 
     config = run_config(args.run)  # a folder that is not a run: refused before anything loads
-    if args.out.is_dir():
-        raise ConfigError(f"--out {args.out} is a directory; name the JSON-lines file to write")
-    if not args.out.parent.is_dir():
-        raise ConfigError(f"--out {args.out}: no folder {args.out.parent}")
+    policy = output_policy(args.run, args.input)
+    policy.check_file(args.out, args.overwrite)
     if args.batch_size is not None and args.batch_size < 1:
         raise ConfigError(f"--batch-size {args.batch_size}: must be at least 1")
     datasets.disable_progress_bars()
     # an unknown task or input columns that do not fit it are refused before the model loads
     dataset, where = read_input(config, args.task, args.input, args.split, args.language)
     run = load_run(args.run, args.checkpoint)
-    rows = run.predict(args.task, dataset, args.language, args.batch_size, progress=not args.no_progress, where=where)
-    write_text(args.out, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
-    print(f"{len(rows)} predictions of {args.task} -> {args.out}")
+    count = 0
+    with policy.writing_file(args.out, args.overwrite) as handle:
+        for row in run.iter_predict(args.task, dataset, args.language, args.batch_size, not args.no_progress, where):
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+            count += 1
+    print(f"{count} predictions of {args.task} -> {args.out}")
     return 0
 
 

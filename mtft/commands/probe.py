@@ -10,6 +10,7 @@ Several checkpoints (e.g. the token budgets of a pre-training run) give one curv
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 from pathlib import Path
@@ -17,6 +18,9 @@ from pathlib import Path
 import torch
 
 from mtft.core.errors import CheckpointError, UserError
+from mtft.core.output import OutputPolicy
+from mtft.models.folders import folder_tokenizer, refuse_remote_code
+from mtft.training.restore import find_run_dir
 
 
 class ProbeInputError(UserError):
@@ -76,11 +80,25 @@ def check_args(args: argparse.Namespace) -> list[float]:
         if value is not None and value < least:
             raise ProbeInputError(f"--{key.replace('_', '-')} {value}: must be at least {least}")
     for path in (args.out, *args.out.parents):
+        if path.is_symlink() and path == args.out:
+            raise ProbeInputError(f"--out {args.out} is a symbolic link; mtft does not write through links")
         if path.exists():
             if not path.is_dir():
                 raise ProbeInputError(f"--out {args.out}: {path} is a file, not a folder")
             break
+    if args.out.is_dir():
+        for name in ("probe.json", "sensitivity.png"):
+            output_policy(args).check_file(args.out / name, overwrite=True)
     return gammas
+
+
+def output_policy(args: argparse.Namespace) -> OutputPolicy:
+    """probe.json and sensitivity.png: never over a checkpoint probed, never inside a run folder."""
+    runs = []
+    for folder in args.checkpoint:
+        with contextlib.suppress(CheckpointError):
+            runs.append(find_run_dir(folder)[0])
+    return OutputPolicy("--out", inputs=args.checkpoint, runs=runs)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -90,7 +108,7 @@ def main(args: argparse.Namespace) -> int:
             raise CheckpointError(f"--checkpoint {folder}: not a folder")
     loaded = [_load(folder, args) for folder in args.checkpoint]  # every input checked before any work
     from mtft.forgetting.plots import plot_sensitivity
-    from mtft.forgetting.probe import gaussian_probe, init_stds, probe_lp, write_probe_json
+    from mtft.forgetting.probe import gaussian_probe, init_stds, probe_json, probe_lp
 
     results = []
     for label, models, eval_set, fresh in loaded:
@@ -110,10 +128,13 @@ def main(args: argparse.Namespace) -> int:
                     + ", ".join(f"{lang} {row[f'dlp/{lang}/mean']:.4f}" for lang in result.baseline)
                     + ")"
                 )
+    policy = output_policy(args)
     args.out.mkdir(parents=True, exist_ok=True)
-    write_probe_json(args.out / "probe.json", results)
+    with policy.writing_file(args.out / "probe.json", overwrite=True) as handle:
+        handle.write(probe_json(results))
     languages = list(results[0].baseline)
-    plot_sensitivity([row for r in results for row in r.summary()], languages, args.out / "sensitivity.png")
+    with policy.writing_file(args.out / "sensitivity.png", overwrite=True, binary=True) as handle:
+        plot_sensitivity([row for r in results for row in r.summary()], languages, handle)  # rows: one per γ
     print(f"wrote {args.out / 'probe.json'} and {args.out / 'sensitivity.png'}")
     return 0
 
@@ -125,8 +146,7 @@ def _load(folder: Path, args):
     from mtft.forgetting.mlm import MaskedLM, load_mlm_checkpoint, load_mlm_model, split_mlm_model
 
     if (folder / "config.json").is_file():
-        from transformers import AutoTokenizer
-
+        refuse_remote_code(folder, "model folder")
         mlm_model, head_missing = load_mlm_checkpoint(str(folder), None, False)
         if head_missing:
             raise CheckpointError(
@@ -134,7 +154,7 @@ def _load(folder: Path, args):
                 "so it has no L_p to probe; probe a fine-tuning checkpoint of a run on it (its monitors fit a head)"
             )
         mlm_model.eval()
-        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        tokenizer = folder_tokenizer(folder, "model folder")
         meta = folder / "pretrain.json"
         trained_on = json.loads(meta.read_text()).get("languages") if meta.is_file() else None
         encoder, head, tied = split_mlm_model(mlm_model)

@@ -27,6 +27,7 @@ import errno
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
@@ -71,8 +72,9 @@ def recover(final: Path) -> None:
 class AtomicFolder:
     """Write ``final`` completely or not at all: :meth:`begin`, write into the returned folder, :meth:`commit`."""
 
-    def __init__(self, final: Path):
+    def __init__(self, final: Path, replace: bool = True):
         self.final = Path(final)
+        self.replace = replace  # False: commit never replaces a folder that is not empty (a user's output)
         self.partial = _sibling(self.final, "partial")
         self.previous = _sibling(self.final, "previous")
 
@@ -109,6 +111,9 @@ class AtomicFolder:
             self.abort()
             raise_if_disk_full(exc, self.final)
             raise
+        if not self.replace:
+            self._create()
+            return self.final
         recover(self.final)
         previous = self.previous
         replacing = self.final.exists()
@@ -124,6 +129,18 @@ class AtomicFolder:
         if replacing:
             shutil.rmtree(previous, ignore_errors=True)
         return self.final
+
+    def _create(self) -> None:
+        """``rename`` onto a missing or empty ``final`` only: a folder that filled meanwhile is kept, the partial
+        one removed, and one line says so."""
+        try:
+            os.replace(self.partial, self.final)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+                raise
+            self.abort()
+            raise CheckpointError(f"{self.final} appeared while it was being written; it was left as it is") from None
+        _sync_dir(self.final.parent)
 
     def abort(self) -> None:
         shutil.rmtree(self.partial, ignore_errors=True)
@@ -161,9 +178,28 @@ def write_json(path: Path, data: Any) -> None:
 def write_text(path: Path, text: str) -> None:
     """A text file replaced in one rename (readers never see half of it), flushed before the rename."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    _write_synced(tmp, text)
-    os.replace(tmp, path)
+    fd, tmp = private_temporary(path)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def private_temporary(path: Path) -> tuple[int, str]:
+    """(descriptor, name) of a new file beside ``path`` to be renamed onto it: an unpredictable name created
+    exclusively (``mkstemp``), so a link planted at a temporary name is never written through; its mode is what
+    the umask gives a new file (``mkstemp`` makes it private, which the final file should not be)."""
+    fd, tmp = tempfile.mkstemp(dir=Path(path).parent, prefix=f".{Path(path).name}.", suffix=".tmp")
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)
+    return fd, tmp
 
 
 def _sibling(path: Path, suffix: str) -> Path:

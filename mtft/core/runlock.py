@@ -12,6 +12,7 @@ or when this process made the file and ended in an error (a refused ``--resume``
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -36,7 +37,7 @@ def run_lock(run_dir: Path) -> Iterator[Path]:
     created = [folder for folder in [path.parent, *path.parent.parents] if not folder.exists()]
     path.parent.mkdir(parents=True, exist_ok=True)
     made_file = not path.exists()
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _open_lock(path)
     locked = failed = False
     try:
         try:
@@ -67,7 +68,7 @@ def waiting_lock(path: Path, on_wait: Callable[[], None] = lambda: None) -> Iter
     others then reuse. The file stays (removing it would let a third process lock a different inode)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _open_lock(path)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -77,6 +78,17 @@ def waiting_lock(path: Path, on_wait: Callable[[], None] = lambda: None) -> Iter
         yield
     finally:
         os.close(fd)
+
+
+def _open_lock(path: Path) -> int:
+    """The lock file's descriptor, never through a link planted at its name (the holder's line is written into
+    it: through a link it would overwrite a file of the user's)."""
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise CheckpointError(f"{path} is a symbolic link; mtft does not write through links") from None
+        raise
 
 
 def _remove_trace(path: Path, created: list[Path]) -> None:

@@ -24,6 +24,7 @@ from mtft.core.errors import ConfigError
 from mtft.core.labels import IGNORE_INDEX
 from mtft.core.rows import labelled_rows
 from mtft.core.shards import sharded_map
+from mtft.models.folders import LOAD_ERRORS, check_backbone_code, first_line
 from mtft.models.loading import listing, load_pretrained, modules
 from mtft.reporting.logs import logger
 
@@ -103,13 +104,14 @@ def load_mlm_model(
 def load_mlm_checkpoint(backbone: str, revision: Optional[str], trust_remote_code: bool) -> tuple[nn.Module, list[str]]:
     """(the checkpoint as a masked-LM, the head parameters it lacked). Checkpoint modules a masked-LM does not use
     (a pooler, a next-sentence head) are ignored in one log line; encoder weights it lacks are a warning."""
+    check_backbone_code(backbone, trust_remote_code)
     try:
         with torch.random.fork_rng(devices=[]):  # initialising what the checkpoint lacks must not move the run's RNG
             model, info = load_pretrained(
                 AutoModelForMaskedLM, backbone, revision=revision, trust_remote_code=trust_remote_code
             )
-    except (OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    except LOAD_ERRORS as exc:
+        first = first_line(exc)
         raise ConfigError(f"cannot load the masked-LM head of model.backbone={backbone!r}: {first}") from None
     prefix = model.base_model_prefix
     lacking = info.missing | info.mismatched

@@ -18,7 +18,7 @@ def _key(name: str, group: str) -> str:
 
 def _save(fig, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, format="png")  # a path or an open binary file (run.py probe's --out policy)
     plt.close(fig)
     return path
 

@@ -26,6 +26,7 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
+from mtft.core.atomic import write_text
 from mtft.forgetting.mlm import MaskedLM, lp_per_language
 
 #: ``model_type`` of the families whose ``_init_weights`` is transformers' default for linear and embedding weights,
@@ -148,6 +149,11 @@ def probe_lp(mlm: MaskedLM, eval_set, batch_size: int, device) -> Callable[[], d
 
 
 def write_probe_json(path: Path, results: Sequence[ProbeResult]) -> None:
+    """``probe.json`` (:func:`probe_json`), replaced in one rename."""
+    write_text(path, probe_json(results))
+
+
+def probe_json(results: Sequence[ProbeResult]) -> str:
     """``probe.json``: every probed model's baseline L_p, trials, per-γ summary and the parameters perturbed -- the
     file a run's end-of-run probe and ``run.py probe`` both write."""
     rows = [
@@ -161,4 +167,4 @@ def write_probe_json(path: Path, results: Sequence[ProbeResult]) -> None:
         }
         for r in results
     ]
-    Path(path).write_text(json.dumps(rows, indent=2) + "\n")
+    return json.dumps(rows, indent=2) + "\n"

@@ -15,6 +15,7 @@ from transformers import AutoConfig, AutoModel, PreTrainedModel, XLMRobertaConfi
 
 from mtft.config.schema import ModelSection
 from mtft.core.errors import ConfigError, echo
+from mtft.models.folders import LOAD_ERRORS, check_backbone_code, first_line
 from mtft.models.loading import load_pretrained, report_encoder_load
 
 
@@ -79,6 +80,7 @@ def tiny_config(cfg: ModelSection, tokenizer, max_length: int) -> XLMRobertaConf
 
 def _pretrained(cfg: ModelSection) -> PreTrainedModel:
     options = dict(revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
+    check_backbone_code(cfg.backbone, cfg.trust_remote_code)
     try:
         config = AutoConfig.from_pretrained(cfg.backbone, **options)
         if cfg.dropout is not None:
@@ -86,8 +88,8 @@ def _pretrained(cfg: ModelSection) -> PreTrainedModel:
                 if hasattr(config, key):
                     setattr(config, key, cfg.dropout)
         encoder, info = load_pretrained(AutoModel, cfg.backbone, config=config, **options)
-    except (OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    except LOAD_ERRORS as exc:
+        first = first_line(exc)
         raise ConfigError(f"cannot load model.backbone={cfg.backbone!r}: {first}") from None
     report_encoder_load(cfg.backbone, info)
     return encoder

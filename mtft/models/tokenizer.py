@@ -24,6 +24,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_toke
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from mtft.core.errors import ConfigError
+from mtft.models.folders import LOAD_ERRORS, check_backbone_code, first_line
 
 SPECIAL_TOKENS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 
@@ -33,10 +34,11 @@ UNSPACED_CHARACTER = "[\u0e00-\u0e7f\u1000-\u109f\u3040-\u30ff\u3400-\u4dbf\u4e0
 
 
 def load_backbone_tokenizer(backbone: str, revision: Optional[str], trust_remote_code: bool):
+    check_backbone_code(backbone, trust_remote_code)
     try:
         tokenizer = AutoTokenizer.from_pretrained(backbone, revision=revision, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot load the tokenizer of model.backbone={backbone!r}: {_first_line(exc)}") from None
+    except LOAD_ERRORS as exc:
+        raise ConfigError(f"cannot load the tokenizer of model.backbone={backbone!r}: {first_line(exc)}") from None
     if not getattr(tokenizer, "is_fast", False):
         raise ConfigError(f"model.backbone={backbone!r} has no fast tokenizer; offsets and word ids need one")
     return tokenizer
@@ -90,8 +92,3 @@ def _train(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFast:
         pad_token="<pad>",
         mask_token="<mask>",
     )
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

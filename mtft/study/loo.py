@@ -18,7 +18,6 @@ two agree.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,12 +26,13 @@ from typing import Any, Optional
 import numpy as np
 import torch
 from safetensors import safe_open
-from transformers import AutoConfig, AutoModel
+from transformers import AutoModel
 
 from mtft.adapters import build_method, parameter_table
 from mtft.config import load_config
 from mtft.core.atomic import is_complete, write_json, write_text
 from mtft.core.errors import CheckpointError, UserError, shorten
+from mtft.models.folders import folder_config, read_json, reading
 from mtft.models.multihead import collapse_stacked_heads
 from mtft.models.multitask import MultiTaskModel
 from mtft.study.plan import PlannedRun
@@ -95,10 +95,12 @@ def trained_part(run_dir: Path, checkpoint: Path) -> TrainedPart:
     """The parameters the run's adapter method trains, from a meta-device rebuild of its model (as ``load_run``
     rebuilds it: the encoder's saved config, the method applied, one head per ``heads.json`` entry)."""
     config = load_config(Path(run_dir) / "config.yaml")
-    heads = json.loads((checkpoint / "heads.json").read_text(encoding="utf-8"))
-    objectives = list(json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))["objectives"])
+    heads = read_json(checkpoint / "heads.json")
+    with reading(checkpoint / "trainer_state.json"):
+        objectives = list(read_json(checkpoint / "trainer_state.json")["objectives"])
+    encoder_config = folder_config(Path(run_dir) / "encoder")
     with torch.device("meta"):
-        encoder = AutoModel.from_config(AutoConfig.from_pretrained(str(Path(run_dir) / "encoder")))
+        encoder = AutoModel.from_config(encoder_config)
         if getattr(encoder, "pooler", None) is not None:
             encoder.pooler = None  # as in training (mtft.models.backbone)
         build_method(config.model.adapter).apply(encoder, list(heads), objectives, config.run.seed)

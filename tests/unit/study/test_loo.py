@@ -17,6 +17,7 @@ from mtft.config.load import config_to_yaml
 from mtft.core.atomic import AtomicFolder
 from mtft.core.errors import ConfigError
 from mtft.models.multitask import MultiTaskModel
+from mtft.models.tokenizer import tiny_tokenizer
 from mtft.study import loo
 from mtft.study.plan import plan_runs
 from mtft.study.spec import load_study
@@ -81,6 +82,7 @@ def fake_run(tmp_path: Path, method: str) -> tuple[Path, Path]:
         vocab_size=50, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16
     )
     encoder_config.save_pretrained(str(run_dir / "encoder"))
+    tiny_tokenizer(["a small text"], 50, tmp_path / "tokenizers").save_pretrained(str(run_dir / "encoder"))
     encoder = AutoModel.from_config(AutoConfig.from_pretrained(str(run_dir / "encoder")))
     encoder.pooler = None
     build_method(config.model.adapter).apply(encoder, list(HEADS), ["xnli/en"], 0)

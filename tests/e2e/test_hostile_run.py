@@ -1,0 +1,263 @@
+"""Every command that reads a run folder or writes a file, against ../shared/HOSTILE.md's classes: a run folder
+as a colleague (or an attacker) would send it, damaged or edited by hand, and outputs that point where the user did
+not mean. Each case ends in one ``error:`` line (exit 2), runs no code from the folder, writes nothing (nothing
+half-written, nothing outside the named folders, the user's files byte for byte), through the shared mechanisms:
+the run loader (mtft.training.restore + mtft.models.folders), the output policy (mtft.core.output) and checkpoint
+pinning. The commands × faults are one table; the mechanisms' own tables are tests/unit/core/test_output.py and
+tests/unit/training/test_run_loader.py.
+
+One short Multi-LoRA run (4 steps, a checkpoint every 2, best/ kept) serves every case; each damaged case works
+on a copy of it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from tests.conftest import BASE_CONFIG, base_overrides, read_jsonl, run_cli
+
+EVIL = "import pathlib\npathlib.Path(__file__).with_name('CODE_RAN').write_text('ran')\nraise SystemExit(0)\n"
+ROWS = [
+    {"id": "doc-17", "premise": "the dog sleeps", "hypothesis": "an animal rests"},
+    {"id": "doc-17", "premise": "the dog sleeps", "hypothesis": "the dog does not sleep"},
+    {"id": "doc-3", "premise": "a cat", "hypothesis": "a cat indeed"},
+]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("hostile") / "run"
+    extra = {
+        "data.tasks": "[{name: xnli, languages: [en, de], protocol: in_language, max_train_examples: 64, "
+        "max_eval_examples: 16}]",
+        "model.adapter.method": "multi_lora",
+        "weighting.method": "mean",
+        "evaluation.every_steps": 2,
+        "checkpointing.every_steps": 2,
+        "checkpointing.keep_last": 1,
+    }
+    result = run_cli("--config", BASE_CONFIG, *base_overrides(out, 4, **extra))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (out / "best/model.safetensors").is_file()
+    return out
+
+
+def _json_edit(path: Path, change) -> None:
+    value = json.loads(path.read_text())
+    change(value)
+    path.write_text(json.dumps(value))
+
+
+def _truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _newest(run: Path) -> Path:
+    return sorted((run / "checkpoints").glob("step-*"))[-1]
+
+
+# fault: (how the copy of the run is damaged, what the one line holds)
+DAMAGE = {
+    "encoder-auto-map": (
+        lambda r: (
+            (r / "encoder/evil.py").write_text(EVIL),
+            _json_edit(r / "encoder/config.json", lambda c: c.update(auto_map={"AutoConfig": "evil.Config"})),
+        ),
+        "encoder/config.json asks to run Python code shipped with the run folder",
+    ),
+    "tokenizer-auto-map": (
+        lambda r: (
+            (r / "encoder/evil.py").write_text(EVIL),
+            _json_edit(
+                r / "encoder/tokenizer_config.json", lambda c: c.update(auto_map={"AutoTokenizer": ["evil.T", None]})
+            ),
+        ),
+        "tokenizer_config.json asks to run Python code",
+    ),
+    "heads-not-json": (lambda r: (r / "best/heads.json").write_text("{not json"), "best/heads.json: not JSON"),
+    "heads-not-utf8": (lambda r: (r / "best/heads.json").write_bytes(b'{"\xff": 1}'), "best/heads.json: not UTF-8"),
+    "heads-a-list": (lambda r: (r / "best/heads.json").write_text("[1, 2]"), "best/heads.json: expected an object"),
+    "heads-missing": (lambda r: (r / "best/heads.json").unlink(), "heads.json is missing"),
+    "weights-truncated": (lambda r: _truncate(r / "best/model.safetensors"), "best/model.safetensors: "),
+    "weights-a-pickle": (
+        lambda r: torch.save({"x": torch.zeros(2)}, r / "best/model.safetensors"),
+        "best/model.safetensors: ",
+    ),
+    "weights-of-another-run": (
+        lambda r: save_file({"encoder.x": torch.zeros(2)}, str(r / "best/model.safetensors")),
+        "does not fit the run's model",
+    ),
+    "config-rank-edited": (
+        lambda r: (r / "config.yaml").write_text((r / "config.yaml").read_text().replace("r: 16", "r: 8")),
+        "does not fit the run's model",
+    ),
+    "encoder-hidden-size-edited": (
+        lambda r: _json_edit(r / "encoder/config.json", lambda c: c.update(hidden_size=32)),
+        "",  # the encoder's config.json or the weights: either file named
+    ),
+    "encoder-config-not-json": (lambda r: (r / "encoder/config.json").write_text("{"), "encoder/config.json: not JSON"),
+    "tokenizer-missing": (
+        lambda r: [p.unlink() for p in (r / "encoder").glob("tokenizer*")],
+        "(its tokenizer)",
+    ),
+    "trainer-state-not-json": (
+        lambda r: (_newest(r) / "trainer_state.json").write_text("{"),
+        "trainer_state.json: not JSON",
+    ),
+}
+# command: argv after the run copy {run} and the case folder {tmp}
+COMMANDS = {
+    "predict": ["predict", "--run", "{run}", "--task", "xnli", "--input", "{tmp}/in.jsonl", "--out", "{tmp}/p.jsonl"],
+    "evaluate": ["evaluate", "--run", "{run}", "--out", "{tmp}/evaluation"],
+    "export": ["export", "--run", "{run}", "--out", "{tmp}/export"],
+}
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p): p.read_bytes() for p in root.rglob("*") if p.is_file() and not p.is_symlink()}
+
+
+def one_line_error(result, expect: str) -> str:
+    output = (result.stdout + result.stderr).strip()
+    assert result.returncode == 2, output[-3000:]
+    assert "Traceback" not in output and output.count("\n") == 0, output[-3000:]
+    assert output.startswith("error: ") and expect in output, output
+    return output
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.parametrize("fault", sorted(DAMAGE))
+def test_a_damaged_or_hostile_run_folder_is_one_line_and_runs_no_code(trained, tmp_path, fault, command):
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    damage, expect = DAMAGE[fault]
+    damage(run)
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    before = snapshot(tmp_path)
+    argv = [a.replace("{run}", str(run)).replace("{tmp}", str(tmp_path)) for a in COMMANDS[command]]
+    one_line_error(run_cli(*argv), expect)
+    assert not (run / "encoder/CODE_RAN").exists(), f"{fault}: code from the run folder ran"
+    assert snapshot(tmp_path) == before, f"{fault}/{command}: something was written"
+
+
+def test_predict_keeps_the_inputs_ids_and_answers_repeated_ids_row_by_row(trained, tmp_path):
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    out = tmp_path / "p.jsonl"
+    argv = ["predict", "--run", str(trained), "--task", "xnli", "--input", str(tmp_path / "in.jsonl")]
+    result = run_cli(*argv, "--out", str(out), "--no-progress")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_jsonl(out)
+    assert [r["id"] for r in rows] == ["doc-17", "doc-17", "doc-3"]
+    # each row is its own: the same rows alone give the same answers
+    from mtft.api import load_run
+
+    model = load_run(trained)
+    for row, alone in zip(rows, ROWS):
+        assert same(model.predict("xnli", [alone])[0], row)
+    # chunked (two rows a chunk) gives what one chunk gives
+    assert all(same(a, b) for a, b in zip(model.iter_predict("xnli", ROWS, chunk_rows=2), rows, strict=True))
+
+
+def same(a: dict, b: dict) -> bool:
+    """The same row, probabilities to float32 round-off (a row's padding differs with its batch)."""
+    close = all(abs(a["probabilities"][k] - b["probabilities"][k]) < 1e-5 for k in b["probabilities"])
+    return a["id"] == b["id"] and a["prediction"] == b["prediction"] and close
+
+
+def outputs_case(tmp: Path, run: Path, case: str) -> tuple[list[str], str]:
+    """(argv, what the one line holds) of an output case; files it needs are made here."""
+    (tmp / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    (tmp / "other.txt").write_text("the user's other file\n")
+    predict = ["predict", "--run", str(run), "--task", "xnli", "--input", str(tmp / "in.jsonl"), "--out"]
+    if case == "predict-out-is-input":
+        return [*predict, str(tmp / "in.jsonl")], "is an input of this command"
+    if case == "predict-out-inside-run":
+        return [*predict, str(run / "predictions.jsonl")], "is inside the run folder"
+    if case == "predict-out-symlink":
+        (tmp / "p.jsonl").symlink_to(tmp / "other.txt")
+        return [*predict, str(tmp / "p.jsonl")], "is a symbolic link"
+    if case == "predict-out-exists":
+        return [*predict, str(tmp / "other.txt")], "exists; choose another name"
+    if case == "predict-lock-symlink":
+        (tmp / ".p.jsonl.lock").symlink_to(tmp / "other.txt")
+        return [*predict, str(tmp / "p.jsonl")], "is a symbolic link"
+    if case == "evaluate-out-symlink":
+        (tmp / "mine").mkdir()
+        (tmp / "out").symlink_to(tmp / "mine")
+        return ["evaluate", "--run", str(run), "--out", str(tmp / "out")], "is a symbolic link"
+    if case == "export-out-is-the-run":
+        return ["export", "--run", str(run), "--out", str(run)], "--out"
+    if case == "export-out-inside-run-via-link":
+        (tmp / "link").symlink_to(run)
+        return ["export", "--run", str(run), "--out", str(tmp / "link/exported")], "is inside the run folder"
+    raise KeyError(case)
+
+
+OUTPUT_CASES = [
+    "predict-out-is-input",
+    "predict-out-inside-run",
+    "predict-out-symlink",
+    "predict-out-exists",
+    "predict-lock-symlink",
+    "evaluate-out-symlink",
+    "export-out-is-the-run",
+    "export-out-inside-run-via-link",
+]
+
+
+@pytest.mark.parametrize("case", OUTPUT_CASES)
+def test_outputs_land_only_where_the_user_pointed(trained, tmp_path, case):
+    argv, expect = outputs_case(tmp_path, trained, case)
+    before, run_before, names = snapshot(tmp_path), snapshot(trained), {p.name for p in tmp_path.iterdir()}
+    one_line_error(run_cli(*argv), expect)
+    assert snapshot(tmp_path) == before and snapshot(trained) == run_before
+    assert {p.name for p in tmp_path.iterdir()} == names  # no temporary, lock or partial left beside --out
+
+
+def test_predict_pins_a_checkpoint_that_rotation_removes(trained, tmp_path, monkeypatch):
+    """A training run rotating its checkpoints (or replacing best/) while predict or export loads one: files open
+    before the folder goes are read whole; a default checkpoint gone before it was opened is resolved again."""
+    from mtft.training import restore
+
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    newest = _newest(run)
+    real = restore._rebuild
+    calls = []
+
+    def rotate_while_loading(root, folder, files):
+        calls.append(folder)
+        shutil.rmtree(folder)  # the files are open: the rebuild still reads them
+        return real(root, folder, files)
+
+    monkeypatch.setattr(restore, "_rebuild", rotate_while_loading)
+    loaded = restore.load_run(run, "latest")
+    assert loaded.checkpoint == newest and not newest.exists()
+    # the checkpoint resolved by default vanished before its files were opened: the next resolution is used
+    shutil.copytree(trained, tmp_path / "run2")
+    run2 = tmp_path / "run2"
+    real_pinned, gone = restore._pinned, []
+
+    def rotated_before_open(root, folder):
+        if not gone:
+            gone.append(folder)
+            shutil.rmtree(folder)
+        return real_pinned(root, folder)
+
+    monkeypatch.setattr(restore, "_rebuild", real)
+    monkeypatch.setattr(restore, "_pinned", rotated_before_open)
+    loaded = restore.load_run(run2)  # best/ first; gone, then the newest checkpoint
+    assert gone == [run2 / "best"] and loaded.checkpoint == _newest(run2)
+    # a checkpoint named by the user that vanished is one line, not a FileNotFoundError
+    gone.clear()
+    shutil.copytree(trained, tmp_path / "run3")
+    from mtft.core.errors import CheckpointError
+
+    with pytest.raises(CheckpointError, match="was removed while it was being loaded"):
+        restore.load_run(tmp_path / "run3", _newest(tmp_path / "run3").name)
