@@ -21,7 +21,7 @@ from mtft.core.atomic import write_json, write_text
 from mtft.core.errors import CheckpointError, ConfigError, DataError, UserError
 from mtft.data.batching import BatchBuilder
 from mtft.data.pipeline import PreparedData, prepare_data
-from mtft.data.selection import select_tasks
+from mtft.data.selection import select_tasks, trained_languages
 from mtft.evaluation.evaluate import Evaluation, evaluate, metrics_record, write_predictions
 from mtft.evaluation.majority import majority_baselines
 from mtft.models.folders import read_json
@@ -32,7 +32,9 @@ OVERRIDABLE = ("data.", "evaluation.")  # what is evaluated; anything else would
 
 
 def evaluation_config(run_dir: Path, overrides: Sequence[str]) -> RunConfig:
-    """The run's config with ``overrides`` (``data.*`` and ``evaluation.*`` keys only) applied and validated."""
+    """The run's config with ``overrides`` (``data.*`` and ``evaluation.*`` keys only) applied and validated, its
+    tasks selected for evaluation: what the run trained on is its own config's, so dropping a source language or
+    adding a target is no conflict with ``source_languages`` (:func:`select_tasks` with ``trained``)."""
     for item in overrides:
         if not item.startswith(OVERRIDABLE):
             raise ConfigError(
@@ -42,9 +44,10 @@ def evaluation_config(run_dir: Path, overrides: Sequence[str]) -> RunConfig:
     root, _ = find_run_dir(run_dir)
     try:
         config = load_config(root / "config.yaml", overrides)
+        trained = trained_languages(load_config(root / "config.yaml"))
     except UserError as error:
         raise ConfigError(f"{root}/config.yaml: {error}") from None
-    select_tasks(config)  # unknown tasks, languages or settings: refused before any data or model loads
+    select_tasks(config, trained)  # unknown tasks, languages or settings: refused before any data or model loads
     return config
 
 
@@ -58,7 +61,7 @@ def evaluate_run(
     policy.check_folder(out)
     run = load_run(run_dir, checkpoint)
     datasets.disable_progress_bars()
-    data = prepare_data(config, lambda texts: run.loaded.tokenizer)
+    data = prepare_data(config, lambda texts: run.loaded.tokenizer, trained_languages(run.config))
     _route_like_the_run(data, run)
     result = evaluate(run.loaded.model, data, BatchBuilder(data), config.evaluation.batch_size, "cpu")
     result.metrics.update(majority_baselines(data))

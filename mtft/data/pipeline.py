@@ -10,7 +10,7 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import datasets
 import numpy as np
@@ -51,7 +51,7 @@ class TaskData:
     targets: list[str] = field(default_factory=list)  # evaluated, never trained on (zero-shot transfer)
     eval_split: str = "validation"
     label_names: list[str] = field(default_factory=list)
-    raw_train: dict[str, datasets.Dataset] = field(default_factory=dict)
+    raw_train: dict[str, datasets.Dataset] = field(default_factory=dict)  # evaluating a run: its baseline's labels
     raw_eval: dict[str, datasets.Dataset] = field(default_factory=dict)
     train: dict[str, datasets.Dataset] = field(default_factory=dict)
     eval: dict[str, datasets.Dataset] = field(default_factory=dict)
@@ -113,22 +113,27 @@ class PreparedData:
         return [name for name, td in self.tasks.items() if td.task.evaluate_with is None]
 
 
-def prepare_data(config: RunConfig, make_tokenizer: Callable[[list[str]], Any]) -> PreparedData:
-    """Load, check and tokenise every task; ``make_tokenizer(texts)`` returns the tokenizer to use."""
-    tasks = {chosen.name: _load_task(chosen, config) for chosen in select_tasks(config)}
+def prepare_data(
+    config: RunConfig,
+    make_tokenizer: Callable[[list[str]], Any],
+    trained: Optional[Mapping[str, Sequence[str]]] = None,
+) -> PreparedData:
+    """Load, check and tokenise every task; ``make_tokenizer(texts)`` returns the tokenizer to use.
+
+    ``trained`` (:func:`~mtft.data.selection.trained_languages` of a finished run's own config): prepare to
+    evaluate that run. Nothing is trained, so only the evaluation split is required, encoded and checked; the
+    run's training splits are read, where they can be, for the majority-class baseline alone
+    (:func:`_read_trained_labels`), and the objectives are the run's, for the evaluated languages it trained on."""
+    selected = select_tasks(config, trained)
+    tasks = {chosen.name: _load_task(chosen, config) for chosen in selected}
     _check_borrowed_heads(tasks)
     tokenizer = make_tokenizer(_all_texts(tasks))
     for td in tasks.values():
         split = config.evaluation.split
-        td.train = {
-            lang: _encode(td, ds, td.origin["train", lang], tokenizer, config) for lang, ds in td.raw_train.items()
-        }
         td.eval = {lang: _encode(td, ds, td.origin[split, lang], tokenizer, config) for lang, ds in td.raw_eval.items()}
-        td.dev = {lang: _encode(td, ds, td.origin[DEV, lang], tokenizer, config) for lang, ds in td.raw_dev.items()}
-        for lang, gone in td.left_out_ids.items():  # encoded whole (S's cache), then S^i's rows dropped
-            td.train_whole[lang] = len(td.train[lang])
-            td.train[lang], td.train_kept[lang] = leave_out.drop_rows(td.train[lang], gone)
-    units = [Objective(name, lang) for name, td in tasks.items() for lang in td.train]
+        if trained is None:
+            _encode_training(td, tokenizer, config)
+    units = [Objective(chosen.name, lang) for chosen in selected for lang in chosen.training_languages()]
     names, unit_objective = _group(units, config.weighting.objectives)
     key = _objective_key(config.weighting.objectives)
     eval_objective = {
@@ -137,7 +142,18 @@ def prepare_data(config: RunConfig, make_tokenizer: Callable[[list[str]], Any]) 
         for lang in td.languages
         if key(Objective(name, lang)) in names
     }
+    if trained is not None:  # evaluating: the run's objectives name what it trained; there is nothing to train
+        units, unit_objective = [], []
     return PreparedData(tasks, tokenizer, units, unit_objective, names, eval_objective)
+
+
+def _encode_training(td: TaskData, tokenizer: Any, config: RunConfig) -> None:
+    """Encode the training splits and data.dev_split's held-out examples; drop data.leave_out's rows."""
+    td.train = {lang: _encode(td, ds, td.origin["train", lang], tokenizer, config) for lang, ds in td.raw_train.items()}
+    td.dev = {lang: _encode(td, ds, td.origin[DEV, lang], tokenizer, config) for lang, ds in td.raw_dev.items()}
+    for lang, gone in td.left_out_ids.items():  # encoded whole (S's cache), then S^i's rows dropped
+        td.train_whole[lang] = len(td.train[lang])
+        td.train[lang], td.train_kept[lang] = leave_out.drop_rows(td.train[lang], gone)
 
 
 def task_texts(config: RunConfig) -> list[str]:
@@ -171,25 +187,54 @@ def _load_task(chosen: SelectedTask, config: RunConfig) -> TaskData:
         targets=chosen.target_languages(),
         eval_split=split,
     )
-    for lang in chosen.training_languages():
-        td.raw_train[lang] = _load(td, "train", lang, selection.max_train_examples, config)
-        check_not_hidden(task, td.raw_train[lang][task.label_column], td.origin["train", lang], "trained on")
-        if config.data.dev_split is not None:
-            _hold_out_dev(td, lang, config.data.dev_split, config.data.dev_split_seed)
-        if config.data.leave_out is not None:
-            _leave_out(td, lang, config.data.leave_out)
+    if not chosen.evaluating:
+        for lang in chosen.training_languages():
+            _load_training(td, lang, selection.max_train_examples, config)
     for lang in languages:
         td.raw_eval[lang] = _load(td, split, lang, selection.max_eval_examples, config)
     label_sets = {tuple(task.resolve_label_names(ds)) for ds in [*td.raw_train.values(), *td.raw_eval.values()]}
     if len(label_sets) > 1:
         raise DataError(f"task {task.name!r}: splits disagree on label names: {sorted(label_sets)}")
     td.label_names = list(label_sets.pop())
+    if chosen.evaluating and task.evaluate_with is None:
+        _read_trained_labels(td, chosen.training_languages(), selection.max_train_examples, config)
     for lang, dataset in td.raw_eval.items():  # duplicate example ids or bad references stop the run now,
         try:  # not at its first evaluation
             task.references(dataset, td.label_names, td.origin[split, lang])
         except HiddenLabelsError:  # a benchmark test set: predicted, not scored; its ids must still be unique
             unique_by_id(task.split_ids(dataset), [None] * len(dataset), td.origin[split, lang])
     return td
+
+
+def _load_training(td: TaskData, lang: str, limit: Optional[int], config: RunConfig) -> None:
+    """The training split of ``lang`` as the run trains on it: labelled, data.dev_split and data.leave_out applied."""
+    task = td.task
+    td.raw_train[lang] = _load(td, "train", lang, limit, config)
+    check_not_hidden(task, td.raw_train[lang][task.label_column], td.origin["train", lang], "trained on")
+    if config.data.dev_split is not None:
+        _hold_out_dev(td, lang, config.data.dev_split, config.data.dev_split_seed)
+    if config.data.leave_out is not None:
+        _leave_out(td, lang, config.data.leave_out)
+
+
+def _read_trained_labels(td: TaskData, languages: Sequence[str], limit: Optional[int], config: RunConfig) -> None:
+    """Evaluating a finished run: its training splits (``languages``, all it trained the task on) read as it read
+    them, for the majority-class baseline alone (:mod:`mtft.evaluation.majority`), so that the same data gives the
+    run's own baseline. Nothing is trained, so none is required: where one cannot be read -- evaluation-only data
+    has no training split -- or disagrees with the evaluation split's label names, the task has no baseline (its
+    ``majority_*`` metrics are absent) and the log says why."""
+    scratch = TaskData(td.task, td.protocol, td.languages, eval_split=td.eval_split, origin=dict(td.origin))
+    try:
+        for lang in languages:
+            _load_training(scratch, lang, limit, config)
+            names = td.task.resolve_label_names(scratch.raw_train[lang])
+            if names != td.label_names:
+                raise DataError(f"{scratch.origin['train', lang]}: label names {names}, not {td.label_names}")
+    except DataError as error:
+        logger.warning(f"task {td.task.name!r}: no majority-class baseline (no training labels to count): {error}")
+        return
+    td.raw_train, td.raw_dev, td.origin = scratch.raw_train, scratch.raw_dev, scratch.origin
+    td.left_out, td.left_out_ids = scratch.left_out, scratch.left_out_ids
 
 
 def _hold_out_dev(td: TaskData, lang: str, fraction: float, seed: int) -> None:

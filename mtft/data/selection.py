@@ -4,12 +4,16 @@ Which tasks a run uses, with which settings, languages and protocol, and which s
 task, a language the task does not have, a protocol it does not support, a bad setting, a task listed twice or an
 evaluation-only task without the task whose head it borrows are refused here. Data preparation, ``--prefetch`` and
 a run's preflight (:mod:`mtft.training.preflight`) all start from :func:`select_tasks`, so they agree.
+
+Selection is for a run that trains, or (``trained``) for evaluating a finished run (``run.py evaluate``): nothing is
+trained then, so what concerns training only -- ``source_languages``, the training splits -- neither is checked nor
+decides the sources; a task's sources are the evaluated languages the run trained it on, the rest its targets.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 from mtft.config.schema import EvaluationSection, RunConfig, TaskSelection
 from mtft.core.errors import ConfigError
@@ -24,34 +28,48 @@ class SelectedTask:
     selection: TaskSelection
     languages: list[str]  # evaluated
     protocol: str
+    # selected to evaluate a finished run: the languages it trained the task on (None: selected for training)
+    trained: Optional[tuple[str, ...]] = None
 
     @property
     def name(self) -> str:
         return self.task.name
 
+    @property
+    def evaluating(self) -> bool:
+        """Selected to evaluate a finished run (``select_tasks(config, trained)``): nothing is trained."""
+        return self.trained is not None
+
     def training_languages(self) -> list[str]:
-        """The sources: ``source_languages`` when given, else the protocol's (an evaluation-only task: none)."""
+        """The sources: ``source_languages`` when given, else the protocol's (an evaluation-only task: none);
+        evaluating a finished run, the languages it trained on, whatever the evaluated config says."""
+        if self.trained is not None:
+            return list(self.trained)
         if self.selection.source_languages is not None and self.task.evaluate_with is None:
             return list(self.selection.source_languages)
         return self.task.training_languages(self.languages, self.protocol)
 
     def target_languages(self) -> list[str]:
         """The evaluated languages the task never trains on (zero-shot transfer); none for an evaluation-only task,
-        which trains nothing of its own."""
+        which trains nothing of its own. Evaluating a finished run that trained on none of them: all of them."""
         if self.task.evaluate_with is not None:
             return []
         sources = self.training_languages()
         return [lang for lang in self.languages if lang not in sources]
 
     def refs(self, eval_split: str) -> list[tuple[str, str, DatasetRef]]:
-        """(split, language, where it comes from) of every split the run reads: training, then evaluation."""
-        wanted = [("train", lang) for lang in self.training_languages()]
+        """(split, language, where it comes from) of every split the run reads: training (none when evaluating a
+        finished run), then evaluation."""
+        wanted = [] if self.evaluating else [("train", lang) for lang in self.training_languages()]
         wanted += [(eval_split, lang) for lang in self.languages]
         return [(split, lang, self.task.dataset_ref(split, lang, self.protocol)) for split, lang in wanted]
 
 
-def select_tasks(config: RunConfig) -> list[SelectedTask]:
-    """``data.tasks`` resolved and checked, in config order (task plug-ins of the listed tasks are imported)."""
+def select_tasks(config: RunConfig, trained: Optional[Mapping[str, Sequence[str]]] = None) -> list[SelectedTask]:
+    """``data.tasks`` resolved and checked, in config order (task plug-ins of the listed tasks are imported).
+
+    ``trained``: select to evaluate a finished run, which trained each task on these languages
+    (:func:`trained_languages` of its own config); a task it did not train trains on none."""
     available = discover_tasks(config.data.task_dirs)
     selected: dict[str, SelectedTask] = {}
     for selection in config.data.tasks:
@@ -67,12 +85,20 @@ def select_tasks(config: RunConfig) -> list[SelectedTask]:
         protocol = selection.protocol or task.default_protocol
         if protocol not in task.protocols:
             raise ConfigError(f"task {task.name!r} does not support protocol {protocol!r}; valid: {task.protocols}")
-        chosen = SelectedTask(task, selection, languages, protocol)
-        _check_sources(chosen)
+        ran = None if trained is None else tuple(trained.get(selection.name, ()))
+        chosen = SelectedTask(task, selection, languages, protocol, ran)
+        if not chosen.evaluating:  # what the run trains on; a finished run's sources are what it trained on
+            _check_sources(chosen)
         _check_evaluation_split(chosen, config.evaluation.split)
         selected[selection.name] = chosen
     _check_head_owners(selected)
     return list(selected.values())
+
+
+def trained_languages(run_config: RunConfig) -> dict[str, list[str]]:
+    """Each task's training languages under ``run_config``, a run's own config: what :func:`select_tasks` takes
+    as ``trained`` to evaluate that run once it is finished, on the languages of a config with other ``data.*``."""
+    return {chosen.name: chosen.training_languages() for chosen in select_tasks(run_config)}
 
 
 def _check_sources(chosen: SelectedTask) -> None:

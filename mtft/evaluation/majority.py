@@ -6,7 +6,9 @@ A fine-tuning run whose score is at or below this baseline is a *failed run* (Mo
 2021, "On the stability of fine-tuning BERT"): the study counts them (``failure:`` in the study file). Names:
 ``<task>/<language>/majority_<metric>`` and the macro average over languages ``<task>/majority_<metric>``, beside
 the model's ``<task>/<language>/<metric>`` and ``<task>/<metric>``. Task kinds without a class predicted for every
-example (regression, token classification, extractive QA, ReCoRD's candidates) get none.
+example (regression, token classification, extractive QA, ReCoRD's candidates) get none; nor does a task whose
+training labels ``run.py evaluate`` cannot read (evaluation-only data: :func:`mtft.data.pipeline.prepare_data`
+with ``trained`` says so in the log), since nothing else tells which class the run saw most.
 """
 
 from __future__ import annotations

@@ -3,14 +3,16 @@ every task kind, ``run.py evaluate`` its metrics.json and a language it never sa
 fine-tuning the run's logits through plain ``transformers``, and the README's API example runs.
 
 One short run (6 steps, full fine-tuning of the tiny encoder) holds a task of every kind: XNLI (classification),
-WikiANN (tokens), TyDiQA (extractive QA; sw zero-shot), STS-B (regression) and COPA (multiple choice). Everything
-else runs in this process or as one ``run.py`` call each; the adapter methods are covered in test_export.py on
-its runs."""
+WikiANN (tokens), TyDiQA (extractive QA; sw zero-shot), STS-B (regression) and COPA (multiple choice); a second
+one, XNLI alone with source_languages as configs/demo.yaml has them, is evaluated without one of its sources
+(issue 37). Everything else runs in this process or as one ``run.py`` call each; the adapter methods are covered
+in test_export.py on its runs."""
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,7 @@ from mtft.commands.export import export_run
 from mtft.data.pipeline import load_task_split
 from mtft.tasks.kinds import build_head
 from tests.conftest import BASE_CONFIG, REPO, base_overrides, read_jsonl, run_cli
+from tests.unit.data.test_evaluation_selection import validation_only_copy
 
 SOURCES = {
     "unimelb-nlp/wikiann": "tasks/wikiann/fixtures/wikiann",
@@ -49,12 +52,34 @@ TASKS = [
 ]
 
 
+# a run set up as configs/demo.yaml is: XNLI trained on its source_languages, ar a zero-shot target
+SOURCED_TASKS = [
+    {
+        "name": "xnli",
+        "languages": ["en", "de", "ar"],
+        "source_languages": ["en", "de"],
+        "protocol": "in_language",
+        "max_train_examples": 48,
+    }
+]
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("predict") / "run"
+    return train(tmp_path_factory.mktemp("predict") / "run", TASKS, SOURCES)
+
+
+@pytest.fixture(scope="module")
+def sourced_run(tmp_path_factory) -> Path:
+    xnli = {k: v for k, v in SOURCES.items() if k in ("facebook/xnli", "nyu-mll/multi_nli")}
+    return train(tmp_path_factory.mktemp("sourced") / "run", SOURCED_TASKS, xnli)
+
+
+def train(out: Path, tasks: list[dict], sources: dict[str, str]) -> Path:
+    """A short run (6 steps) of ``tasks``; evaluated once, at its end."""
     extra = {
-        "data.tasks": TASKS,
-        "data.sources": SOURCES,
+        "data.tasks": tasks,
+        "data.sources": sources,
         "data.max_length": 48,
         "weighting.method": "mean",
         "training.micro_batch_size": 16,
@@ -121,6 +146,64 @@ def test_evaluate_reproduces_metrics_and_scores_a_language_never_trained_on(run,
     assert metrics["tydiqa/en/f1"] == json.loads((run / "metrics.json").read_text())["tydiqa/en/f1"]
     assert (tmp_path / "new/predictions/validation/tydiqa/ar.jsonl").is_file()
     assert not (run / "predictions/validation/tydiqa/ar.jsonl").exists()  # nothing written into the run
+
+
+def test_evaluate_drops_a_trained_source_and_reports_sources_and_targets(sourced_run, tmp_path):
+    """The README's ``run.py evaluate ... data.tasks.0.languages=[en,sw]`` on a run trained with source_languages
+    [en, de] (as configs/demo.yaml is): en, trained on, is a source and sw a target; with no trained language
+    evaluated every language is a target. (A run that trains on such a config is still refused:
+    tests/e2e/test_bad_input.py source-not-evaluated.)"""
+    own = json.loads((sourced_run / "metrics.json").read_text())
+    assert own["languages"] == {"xnli": {"source": ["en", "de"], "target": ["ar"]}}
+    out = tmp_path / "sw"
+    result = run_cli("evaluate", "--run", str(sourced_run), "--out", str(out), "data.tasks.0.languages=[en,sw]")
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["languages"] == {"xnli": {"source": ["en"], "target": ["sw"]}}
+    assert metrics["xnli/source_accuracy"] == metrics["xnli/en/accuracy"] == own["xnli/en/accuracy"]
+    assert metrics["xnli/target_accuracy"] == metrics["xnli/sw/accuracy"]
+    assert metrics["xnli/transfer_gap_accuracy"] == pytest.approx(
+        metrics["xnli/en/accuracy"] - metrics["xnli/sw/accuracy"]
+    )
+    # the baseline counts the run's training labels, de's too, as the run did
+    assert metrics["xnli/en/majority_accuracy"] == own["xnli/en/majority_accuracy"]
+    assert (
+        run_command(
+            "evaluate",
+            ["--run", str(sourced_run), "--out", str(tmp_path / "targets"), "data.tasks.0.languages=[ar,sw]"],
+        )
+        == 0
+    )
+    metrics = json.loads((tmp_path / "targets/metrics.json").read_text())
+    assert metrics["languages"] == {"xnli": {"source": [], "target": ["ar", "sw"]}}
+    assert "xnli/source_accuracy" not in metrics and "xnli/transfer_gap_accuracy" not in metrics
+    assert metrics["xnli/target_accuracy"] == metrics["xnli/accuracy"]
+    assert metrics["xnli/ar/accuracy"] == own["xnli/ar/accuracy"]
+
+
+def test_evaluate_on_evaluation_only_data_reads_no_training_split(run, tmp_path):
+    """data.sources naming data with validation files only -- TyDiQA's through a ``{name}/{split}.jsonl`` pattern,
+    XNLI's a Hub-layout folder -- is evaluated as the run evaluated the same rows; XNLI's majority-class baseline,
+    whose training labels are not there, is absent and said so, the other tasks' stay."""
+    qa = tmp_path / "qa" / "secondary_task"
+    qa.mkdir(parents=True)
+    shutil.copy(REPO / SOURCES["google-research-datasets/tydiqa"] / "secondary_task/validation.jsonl", qa)
+    xnli = validation_only_copy(REPO / SOURCES["facebook/xnli"], tmp_path / "xnli")
+    sources = [
+        f"data.sources.google-research-datasets/tydiqa={tmp_path}/qa/{{name}}/{{split}}.jsonl",
+        f"data.sources.facebook/xnli={xnli}",
+    ]
+    out = tmp_path / "evaluated"
+    result = run_cli("evaluate", "--run", str(run), "--out", str(out), *sources)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "task 'xnli': no majority-class baseline" in result.stderr
+    own = json.loads((run / "metrics.json").read_text())
+    metrics = json.loads((out / "metrics.json").read_text())
+    absent = [key for key in own if key.startswith("xnli/") and "majority_" in key]
+    assert "xnli/majority_accuracy" in absent and not set(absent) & set(metrics)
+    assert metrics == {key: value for key, value in own.items() if key not in absent}
+    for file in (run / "predictions").rglob("*.jsonl"):
+        assert (out / file.relative_to(run)).read_text() == file.read_text()
 
 
 def test_full_fine_tuning_export_gives_the_runs_logits_through_transformers(run, tmp_path):

@@ -1,0 +1,96 @@
+"""Selecting and preparing data to evaluate a finished run (``run.py evaluate``): nothing is trained, so what
+concerns training only -- ``source_languages``, the training splits -- neither refuses the evaluated languages nor
+is required; a task's sources are the evaluated languages the run trained on, the others its targets."""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mtft.core.errors import ConfigError, DataError
+from mtft.data.pipeline import prepare_data
+from mtft.data.selection import select_tasks, trained_languages
+from mtft.evaluation.majority import majority_baselines
+from tests.unit.data.test_data import make_config, tokenizer_factory
+from tests.unit.data.test_source_languages import XNLI
+
+TRAINED = {"xnli": ["en", "de"]}  # what a run of XNLI (source_languages [en, de]) trained on
+
+
+def evaluated(languages: list[str]):
+    return make_config(tasks=[{**XNLI, "languages": languages}])
+
+
+def test_a_runs_trained_languages_are_its_own_configs_sources():
+    assert trained_languages(make_config(tasks=[XNLI])) == TRAINED
+    assert trained_languages(make_config(tasks=[{**XNLI, "source_languages": None, "protocol": "zero_shot"}])) == {
+        "xnli": ["en"]
+    }
+
+
+def test_evaluation_may_drop_a_source_that_training_must_evaluate():
+    with pytest.raises(ConfigError, match=r"source language\(s\) de not in its languages \[en, sw\]"):
+        select_tasks(evaluated(["en", "sw"]))  # a run that trains: refused as before
+    (chosen,) = select_tasks(evaluated(["en", "sw"]), TRAINED)
+    assert chosen.evaluating and chosen.target_languages() == ["sw"]  # en a source, sw a target
+    assert [(split, lang) for split, lang, _ in chosen.refs("validation")] == [
+        ("validation", "en"),
+        ("validation", "sw"),
+    ]
+
+
+def test_evaluating_no_trained_language_makes_every_language_a_target():
+    (chosen,) = select_tasks(evaluated(["ar", "sw"]), TRAINED)
+    assert chosen.target_languages() == ["ar", "sw"]
+    (chosen,) = select_tasks(evaluated(["ar", "sw"]), {})  # a task the run did not train: no sources either
+    assert chosen.target_languages() == ["ar", "sw"]
+
+
+def test_evaluation_still_refuses_what_concerns_evaluation():
+    with pytest.raises(ConfigError, match="has no language"):
+        select_tasks(evaluated(["en", "xx"]), TRAINED)
+
+
+def test_prepared_for_evaluation_nothing_is_trained_and_the_baseline_reads_the_runs_training_labels():
+    data = prepare_data(evaluated(["en", "sw"]), tokenizer_factory, TRAINED)
+    td = data.tasks["xnli"]
+    assert data.train_units == [] and td.train == {} and td.dev == {}
+    assert sorted(td.eval) == ["en", "sw"] and td.targets == ["sw"]
+    assert sorted(td.raw_train) == ["de", "en"]  # the run's training labels, both of them, for the baseline
+    assert data.objective_names == ["xnli/en", "xnli/de"] and data.eval_objective == {("xnli", "en"): 0}
+    assert {"xnli/en/majority_accuracy", "xnli/sw/majority_accuracy"} <= set(majority_baselines(data))
+
+
+def validation_only_copy(fixture: Path, out: Path) -> Path:
+    """A copy of the Hub-layout fixture folder ``fixture`` with its validation files only (its README's configs
+    list nothing else): evaluation-only data."""
+    readme = (fixture / "README.md").read_text()
+    (out / "README.md").parent.mkdir(parents=True, exist_ok=True)
+    (out / "README.md").write_text(re.sub(r"  - split: (?!validation\n).*\n    path: .*\n", "", readme))
+    for file in fixture.glob("*/validation.jsonl"):
+        (out / file.parent.name).mkdir()
+        shutil.copy(file, out / file.parent.name)
+    return out
+
+
+def test_evaluation_only_data_needs_no_training_split(tmp_path: Path, caplog):
+    folder = validation_only_copy(Path("tasks/xnli/fixtures/xnli"), tmp_path / "xnli")
+    assert not list(folder.rglob("train*")) and "split: train" not in (folder / "README.md").read_text()
+    xnli = {**XNLI, "languages": ["en", "sw"], "source_languages": ["en"]}
+    config = make_config(tasks=[xnli], sources={"facebook/xnli": str(folder)})
+    with pytest.raises(DataError, match="cannot load"):
+        prepare_data(config, tokenizer_factory)  # a run that trains needs its training splits
+    logger = logging.getLogger("mtft")
+    logger.addHandler(caplog.handler)  # the "mtft" logger may not propagate (run.py's console set-up)
+    try:
+        data = prepare_data(config, tokenizer_factory, TRAINED)
+    finally:
+        logger.removeHandler(caplog.handler)
+    td = data.tasks["xnli"]
+    assert sorted(td.eval) == ["en", "sw"] and td.raw_train == {} and data.train_units == []
+    assert "task 'xnli': no majority-class baseline" in caplog.text
+    assert majority_baselines(data) == {}  # said absent, not made up
