@@ -42,12 +42,12 @@ def load_run(run_dir: Union[str, Path], checkpoint: Union[str, Path, None] = Non
 def output_policy(run_dir: Union[str, Path], *inputs: Union[str, Path]) -> OutputPolicy:
     """Where a command that writes from a run (predict, evaluate, export) may write: never inside the run, never
     over one of its ``inputs`` (:mod:`mtft.core.output`). Checked before the run is read: a folder that is not a
-    run (refused when it loads) counts as the run folder itself."""
+    run is refused when it loads, in its own line."""
     try:
-        root = find_run_dir(Path(run_dir))[0]
+        runs = [find_run_dir(Path(run_dir))[0]]
     except CheckpointError:
-        root = Path(run_dir)
-    return OutputPolicy("--out", inputs=[run_dir, *inputs], runs=[root])
+        runs = []
+    return OutputPolicy("--out", inputs=[run_dir, *inputs], runs=runs)
 
 
 def read_input(

@@ -26,6 +26,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Iterator, Sequence, Union
@@ -71,6 +72,7 @@ class OutputPolicy:
         final = self.check_file(path, overwrite)
         with _exclusive(final, self.option):
             final = self.check_file(path, overwrite)  # again, now that no other mtft writer can change it
+            _remove_leftovers(final)
             fd, tmp = private_temporary(final)
             try:
                 with os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -129,6 +131,16 @@ class OutputPolicy:
 
     def _refuse(self, path: PathLike, problem: str) -> CheckpointError:
         return CheckpointError(f"{self.option} {path} {problem}")
+
+
+def _remove_leftovers(final: Path) -> None:
+    """Temporaries of ``final`` left by a writer killed with SIGKILL (under the lock no live writer has one): the
+    names :func:`~mtft.core.atomic.private_temporary` makes, plain files only."""
+    pattern = re.compile(rf"\.{re.escape(final.name)}\.[a-z0-9_]{{8}}\.tmp")
+    for entry in os.scandir(final.parent):
+        if pattern.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path)
 
 
 def _same(a: Path, b: Path) -> bool:

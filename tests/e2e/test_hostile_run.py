@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
+from subprocess import PIPE
 
 import pytest
 import torch
 from safetensors.torch import save_file
 
-from tests.conftest import BASE_CONFIG, base_overrides, read_jsonl, run_cli
+from tests.conftest import BASE_CONFIG, REPO, base_overrides, clean_env, read_jsonl, run_cli
 
 EVIL = "import pathlib\npathlib.Path(__file__).with_name('CODE_RAN').write_text('ran')\nraise SystemExit(0)\n"
 ROWS = [
@@ -261,3 +265,52 @@ def test_predict_pins_a_checkpoint_that_rotation_removes(trained, tmp_path, monk
 
     with pytest.raises(CheckpointError, match="was removed while it was being loaded"):
         restore.load_run(tmp_path / "run3", _newest(tmp_path / "run3").name)
+
+
+@pytest.mark.timeout(600)
+def test_two_evaluations_into_one_out_leave_one_whole(trained, tmp_path):
+    """Two ``run.py evaluate`` into the same new --out at once: one writes it whole (exit 0), the other is refused
+    in one line (exit 2) -- by the lock while the first writes, or because --out is no longer empty."""
+    out = tmp_path / "evaluation"
+    argv = [sys.executable, "run.py", "evaluate", "--run", str(trained), "--out", str(out)]
+    env = clean_env(OMP_NUM_THREADS="1")
+    processes = [subprocess.Popen(argv, cwd=REPO, env=env, stdout=PIPE, stderr=PIPE, text=True) for _ in range(2)]
+    results = [(p.wait(300), *p.communicate()) for p in processes]
+    assert sorted(code for code, _, _ in results) == [0, 2], results
+    refused = next(err for code, _, err in results if code == 2).strip()
+    assert refused.count("\n") == 0 and refused.startswith("error: --out"), refused
+    assert ("being written by another mtft command" in refused) or ("exists and is not empty" in refused)
+    assert json.loads((out / "metrics.json").read_text()) == json.loads((trained / "metrics.json").read_text())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["evaluation"]  # no partial, no lock left
+
+
+@pytest.mark.timeout(600)
+def test_loading_latest_while_training_rotates_checkpoints_never_fails(tmp_path):
+    """A training run saving a checkpoint every step and keeping one (so every step deletes the one before), and
+    meanwhile the run loaded again and again as ``predict --checkpoint latest`` and ``export`` load it: each load
+    succeeds (pinned files, or the next checkpoint when one vanished first)."""
+    from mtft.training.restore import load_run
+
+    run = tmp_path / "run"
+    extra = {
+        "data.tasks": "[{name: xnli, languages: [en], protocol: in_language, max_train_examples: 64}]",
+        "evaluation.every_steps": None,
+        "evaluation.metric_for_best": None,
+        "checkpointing.every_steps": 1,
+        "checkpointing.keep_last": 1,
+    }
+    argv = [sys.executable, "run.py", "--config", BASE_CONFIG, *base_overrides(run, 40, **extra)]
+    training = subprocess.Popen(argv, cwd=REPO, env=clean_env(OMP_NUM_THREADS="1"), stdout=PIPE, stderr=PIPE)
+    loads, steps = 0, set()
+    try:
+        while training.poll() is None:
+            if not any((run / "checkpoints").glob("step-*")):
+                time.sleep(0.1)
+                continue
+            loaded = load_run(run, "latest")
+            loads += 1
+            steps.add(loaded.checkpoint.name)
+    finally:
+        _, err = training.communicate(timeout=300)
+    assert training.returncode == 0, err[-3000:]
+    assert loads >= 3 and len(steps) >= 2, (loads, steps)

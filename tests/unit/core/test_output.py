@@ -194,3 +194,17 @@ def test_the_file_gets_the_umask_mode_not_the_temporarys(tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert (tmp_path / "out.jsonl").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_a_killed_writers_temporary_is_removed_by_the_next_write(tmp_path):
+    """kill -9 while writing leaves a private temporary (and the lock file, which holds no lock): the rerun writes
+    the file and removes the leftover; a file of the user's of another shape is left alone."""
+    leftover = tmp_path / ".out.jsonl.ab12cd_9.tmp"
+    leftover.write_text("half")
+    (tmp_path / ".out.jsonl.lock").write_text("")
+    mine = tmp_path / ".out.jsonl.mine.tmp"
+    mine.write_text("the user's\n")
+    with OutputPolicy().writing_file(tmp_path / "out.jsonl") as handle:
+        handle.write("whole\n")
+    assert (tmp_path / "out.jsonl").read_text() == "whole\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".out.jsonl.mine.tmp", "out.jsonl"]
