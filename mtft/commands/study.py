@@ -29,4 +29,6 @@ def main(args: argparse.Namespace) -> int:
 
     spec, base = load_study(args.config, args.overrides)
     counts = run_study(spec, base, Path(args.config), report_only=args.report_only)
-    return 1 if counts["failed"] and not args.report_only else 0
+    # --report-only reports failed runs without failing itself; a damaged record (a run's metrics.json that cannot
+    # be read) fails it: the report it wrote is short of that run's numbers
+    return 1 if counts["damaged"] or (counts["failed"] and not args.report_only) else 0

@@ -13,6 +13,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from mtft.core.errors import shorten
 from mtft.core.paths import name_value
+from mtft.core.templates import check_template
+
+#: the placeholders of each template setting (filled by mtft.core.templates.fill_template, never str.format)
+SOURCE_FIELDS = frozenset({"name", "split"})
+LANGUAGE_FIELDS = frozenset({"language"})
+PAIR_FIELDS = frozenset({"source", "target"})
 
 
 class Section(BaseModel):
@@ -252,6 +258,13 @@ class DataSection(Section):
         "(task, language) split, after data.dev_split; the remaining rows keep the order and batches of the run "
         "on the whole split (docs/stability.md). Null: train on every example.",
     )
+
+    @field_validator("sources")
+    @classmethod
+    def _source_patterns(cls, value: dict[str, str]) -> dict[str, str]:
+        for hub_id, local in value.items():
+            check_template(local, SOURCE_FIELDS, f"[{hub_id!r}]")
+        return value
 
     @property
     def longest_row(self) -> int:
@@ -499,6 +512,12 @@ class CorpusSection(Section):
     def _nonempty_unique(cls, value: Optional[list[str]]) -> Optional[list[str]]:
         return TaskSelection._nonempty_unique(value)
 
+    @field_validator("name")
+    @classmethod
+    def _name_template(cls, value: str) -> str:
+        check_template(value, LANGUAGE_FIELDS, None)
+        return value
+
 
 class PretrainSection(Section):
     """Masked-LM pre-training of model.backbone: from scratch (tiny) or continued (a Hub id or local folder)."""
@@ -644,11 +663,16 @@ class RetrievalSection(Section):
         "last. Retrieval with XLM-R and mBERT is best from a middle layer (Hu et al., 2020, use layer 8 of 12).",
     )
 
-    @model_validator(mode="after")
-    def _layout(self) -> "RetrievalSection":
-        if "{language}" not in self.name and not ("{source}" in self.name and "{target}" in self.name):
-            raise ValueError(f"name {self.name!r} must contain '{{language}}', or both '{{source}}' and '{{target}}'")
-        return self
+    @field_validator("name")
+    @classmethod
+    def _layout(cls, value: str) -> str:
+        fields = set(check_template(value, LANGUAGE_FIELDS | PAIR_FIELDS, None))
+        if fields not in (LANGUAGE_FIELDS, PAIR_FIELDS):
+            raise ValueError(
+                "must contain '{language}' (one config per language), or both '{source}' and '{target}' (one config "
+                "per pair), not both layouts"
+            )
+        return value
 
 
 class ForgettingSection(Section):

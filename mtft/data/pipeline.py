@@ -20,7 +20,7 @@ from mtft.core.errors import DataError
 from mtft.data import leave_out
 from mtft.data.checks import check_rows, warn_suspicious_rows
 from mtft.data.selection import SelectedTask, select_tasks
-from mtft.data.sources import describe_source, load_split
+from mtft.data.sources import describe_read, describe_source, load_split
 from mtft.tasks.base import Task, unique_by_id
 from mtft.tasks.hidden import HiddenLabelsError, check_not_hidden
 
@@ -310,8 +310,8 @@ def load_task_split(
     dataset = task.check_split(dataset, where, positions)
     if len(dataset) == 0:
         raise DataError(f"{where}: no rows")
-    if split == "train":
-        warn_suspicious_rows(task, dataset, where)
+    if split == "train":  # a warning names the task, the language and the file: it does not stop the run
+        warn_suspicious_rows(task, dataset, f"task {task.name!r} language {lang}, {describe_read(ref, sources)}")
     logger.info(f"loaded {where}: {len(dataset)} rows" + (f", using {limit}" if limit and limit < len(dataset) else ""))
     return (dataset.select(range(limit)) if limit is not None and limit < len(dataset) else dataset), where
 

@@ -15,13 +15,16 @@ be lost.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import logging
 from pathlib import Path
 from typing import Iterator, Mapping, Optional
 
 import datasets
 
 from mtft.core.errors import DataError
+from mtft.core.templates import fill_template
 from mtft.core.utf8 import utf8_error
 from mtft.tasks.base import DatasetRef
 
@@ -45,16 +48,36 @@ def resolve_source(ref: DatasetRef, sources: Mapping[str, str]) -> DatasetRef:
         raise DataError(
             f"data.sources[{ref.path!r}] = {local!r}: not a folder, and not a .json/.jsonl/.csv/.parquet pattern"
         )
-    files = str(target).format(name=ref.name or "default", split=ref.split)
+    fields = {"name": ref.name or "default", "split": ref.split}
+    files = fill_template(str(target), fields, f"data.sources[{ref.path!r}]")
     return DatasetRef(path=builder, split="train", data_files=files, language=ref.language, name=None)
 
 
 def describe_source(ref: DatasetRef, sources: Mapping[str, str]) -> str:
-    """``ref`` in words, with the local copy it is read from when ``data.sources`` maps it."""
+    """``ref`` in words, with the local copy it is read from when ``data.sources`` maps it (or its own files)."""
     resolved = resolve_source(ref, sources)
     if resolved == ref:
-        return ref.describe()
-    return f"{ref.describe()} from {resolved.data_files or resolved.path}"
+        return ref.describe() + (f" from {_files(ref.data_files)}" if ref.data_files else "")
+    return f"{ref.describe()} from {_files(resolved.data_files) if resolved.data_files else resolved.path}"
+
+
+def describe_read(ref: DatasetRef, sources: Mapping[str, str]) -> str:
+    """What ``ref`` is read from, the file(s) first: ``/data/en/train.jsonl (split train)``, or a folder or Hub id
+    with its config, ``data/xnli (config en, split train)``."""
+    resolved = resolve_source(ref, sources)
+    if resolved.data_files:
+        return f"{_files(resolved.data_files)} (split {ref.split})"
+    config = f"config {resolved.name}, " if resolved.name else ""
+    return f"{resolved.path} ({config}split {ref.split})"
+
+
+def _files(data_files: object) -> str:
+    """``data_files`` (a path, a list of them, or a mapping from split to either) as text."""
+    if isinstance(data_files, Mapping):
+        return ", ".join(f"{split}: {_files(files)}" for split, files in data_files.items())
+    if isinstance(data_files, (list, tuple)):
+        return ", ".join(map(str, data_files))
+    return str(data_files)
 
 
 def load_split(
@@ -67,13 +90,14 @@ def load_split(
     if resolved != ref:
         cache_dir = _local_cache_dir(resolved, cache_dir)
     try:
-        return datasets.load_dataset(
-            resolved.path,
-            resolved.name,
-            split=resolved.split,
-            data_files=resolved.data_files,
-            cache_dir=cache_dir,
-        )
+        with _quiet_datasets():
+            return datasets.load_dataset(
+                resolved.path,
+                resolved.name,
+                split=resolved.split,
+                data_files=resolved.data_files,
+                cache_dir=cache_dir,
+            )
     except (ConnectionError, FileNotFoundError, ValueError, datasets.exceptions.DatasetNotFoundError) as exc:
         hint = ""
         if resolved.path == ref.path and not Path(ref.path).exists():
@@ -85,6 +109,19 @@ def load_split(
     except (StopIteration, datasets.exceptions.DatasetGenerationError, UnicodeDecodeError, OSError) as exc:
         # a local file the user wrote: empty (StopIteration in the json builder), a malformed line, not UTF-8
         raise DataError(f"cannot load {_what(ref, resolved)}: {_detail(exc)}") from None
+
+
+@contextlib.contextmanager
+def _quiet_datasets() -> Iterator[None]:
+    """The ``datasets`` loggers silenced while a split loads: on a malformed line the json builder logs the error
+    itself before raising it, and the user is to see one line, the :class:`DataError` that names the file."""
+    library = logging.getLogger("datasets")
+    level = library.level
+    library.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        library.setLevel(level)
 
 
 def check_local_files(ref: DatasetRef, sources: Mapping[str, str] = {}) -> DatasetRef:

@@ -20,6 +20,7 @@ from transformers import DataCollatorForLanguageModeling
 from mtft.config.schema import CorpusSection, RunConfig
 from mtft.core.errors import ConfigError, DataError
 from mtft.core.labels import IGNORE_INDEX
+from mtft.core.templates import fill_template
 from mtft.data.sources import check_local_files, load_split
 from mtft.fixtures import GENERIC_TEXT
 from mtft.tasks.base import DatasetRef
@@ -27,6 +28,11 @@ from mtft.tasks.base import DatasetRef
 
 def corpus_path(corpus: CorpusSection) -> str:
     return corpus.path if corpus.path is not None else str(GENERIC_TEXT)
+
+
+def corpus_name(corpus: CorpusSection, language: str) -> str:
+    """The dataset config of ``language``: ``corpus.name`` with ``{language}`` filled in."""
+    return fill_template(corpus.name, {"language": language}, "corpus.name")
 
 
 def check_corpus_files(config: RunConfig, languages: Sequence[str], pretraining: bool) -> None:
@@ -39,7 +45,7 @@ def check_corpus_files(config: RunConfig, languages: Sequence[str], pretraining:
     splits = [corpus.eval_split.split("[")[0]] + ([corpus.train_split.split("[")[0]] if pretraining else [])
     for language in languages:
         for split in dict.fromkeys(splits):
-            name = corpus.name.format(language=language)
+            name = corpus_name(corpus, language)
             ref = DatasetRef(path=corpus_path(corpus), name=name, split=split, language=language)
             check_local_files(ref, config.data.sources)
 
@@ -47,9 +53,7 @@ def check_corpus_files(config: RunConfig, languages: Sequence[str], pretraining:
 def corpus_texts(config: RunConfig, language: str, split: str, limit: Optional[int] = None) -> list[str]:
     """The non-empty texts of one language's split, through the same ``load_split`` as task data."""
     corpus = config.corpus
-    ref = DatasetRef(
-        path=corpus_path(corpus), name=corpus.name.format(language=language), split=split, language=language
-    )
+    ref = DatasetRef(path=corpus_path(corpus), name=corpus_name(corpus, language), split=split, language=language)
     dataset = load_split(ref, config.data.sources, config.data.cache_dir)
     if corpus.text_column not in dataset.column_names:
         raise DataError(
@@ -93,6 +97,12 @@ class MlmEvalSet:
     @property
     def languages(self) -> list[str]:
         return list(self.examples)
+
+    def fewest_masked(self, language: str) -> int:
+        """The fewest leading texts of ``language`` that hold a masked token (:func:`build_eval_set` makes sure
+        that all of them do): a fixed batch of fewer has no prediction target, and its mean loss is 0/0."""
+        rows = self.examples[language]
+        return next((i + 1 for i, r in enumerate(rows) if any(x != IGNORE_INDEX for x in r.labels)), len(rows) + 1)
 
     def batches(self, language: str, batch_size: int, limit: Optional[int] = None) -> list[dict[str, torch.Tensor]]:
         rows = self.examples[language][:limit]

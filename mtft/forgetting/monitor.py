@@ -86,6 +86,7 @@ def prepare_forgetting(config: RunConfig, model: ModelSection, data) -> Optional
         )
     languages = corpus_languages(config, [lang for td in data.tasks.values() for lang in td.languages])
     eval_set = build_eval_set(config, data.tokenizer, languages, config.data.max_length)
+    check_fixed_batches(config, eval_set)
     retrieval = build_retrieval_set(config, data.tokenizer, languages) if cfg.retrieval.enabled else None
     mlm_model, lp_head = masked_lm_for_lp(config, model, data.tokenizer, languages)
     if retrieval is not None and cfg.retrieval.layer is not None:
@@ -96,6 +97,23 @@ def prepare_forgetting(config: RunConfig, model: ModelSection, data) -> Optional
                 "embeddings)"
             )
     return ForgettingSetup(eval_set, model, mlm_model, lp_head, retrieval)
+
+
+def check_fixed_batches(config: RunConfig, eval_set: MlmEvalSet) -> None:
+    """λ_p and the second-order prediction average the masked-LM loss over each language's first N held-out texts
+    (forgetting.hessian_examples, forgetting.prediction_examples); the masks are drawn at random, so a few short
+    texts can hold no masked token, and that language's mean loss would be 0/0. Refused, naming the fewest that do.
+    """
+    fewest = {language: eval_set.fewest_masked(language) for language in eval_set.languages}
+    worst = max(fewest, key=fewest.__getitem__)
+    for setting in ("hessian_examples", "prediction_examples"):
+        value = getattr(config.forgetting, setting)
+        if value < fewest[worst]:
+            raise ConfigError(
+                f"forgetting.{setting}={value}: the first {value} held-out text(s) of corpus language {worst!r} "
+                f"hold no masked token (corpus.mlm_probability={config.corpus.mlm_probability:g}); set "
+                f"forgetting.{setting} to at least {fewest[worst]}"
+            )
 
 
 def masked_lm_for_lp(config: RunConfig, model: ModelSection, tokenizer, languages) -> tuple[Optional[Any], str]:

@@ -24,8 +24,9 @@ from typing import Callable, Sequence
 
 import torch
 
-from mtft.config.schema import RetrievalSection, RunConfig
+from mtft.config.schema import LANGUAGE_FIELDS, PAIR_FIELDS, RetrievalSection, RunConfig
 from mtft.core.errors import ConfigError, DataError
+from mtft.core.templates import check_template, fill_template
 from mtft.data.sources import check_local_files, load_split
 from mtft.forgetting.corpus import corpus_path
 from mtft.tasks.base import DatasetRef
@@ -103,9 +104,10 @@ def retrieval_path(config: RunConfig) -> str:
 
 def _ref_names(cfg: RetrievalSection, source: str, target: str) -> list[tuple[str, str, str]]:
     """(config name, column, language) of each side."""
-    if "{language}" in cfg.name:
-        return [(cfg.name.format(language=lang), cfg.text_column, lang) for lang in (source, target)]
-    name = cfg.name.format(source=source, target=target)
+    what = "forgetting.retrieval.name"
+    if "language" in check_template(cfg.name, LANGUAGE_FIELDS | PAIR_FIELDS, what):
+        return [(fill_template(cfg.name, {"language": lang}, what), cfg.text_column, lang) for lang in (source, target)]
+    name = fill_template(cfg.name, {"source": source, "target": target}, what)
     return [(name, column, lang) for column, lang in zip(cfg.columns, (source, target))]
 
 

@@ -23,7 +23,11 @@ def collect(root: Path, runs: list[PlannedRun], extra: Sequence[Extra] = ()) -> 
 
 
 def record_of(root: Path, run: PlannedRun, extra: Sequence[Extra] = ()) -> dict[str, Any]:
-    """The run's record: complete (with its metrics and ``extra``'s), failed (with its error line) or pending."""
+    """The run's record: complete (with its metrics and ``extra``'s), failed (with its error line) or pending.
+
+    A finished run whose ``metrics.json`` cannot be read (torn by a kill or a full disk, edited by hand) is never
+    read as complete: it is failed, its error line naming the file, and marked ``damaged`` so that the study says
+    so on stderr too."""
     path = status_path(root, run)
     status = recovered_status(path, run.run_dir) or read_status(path)  # a run finished but never recorded
     cell, axes, seed, where = run.cell.name, run.cell.axes, run.seed, str(run.run_dir)
@@ -32,8 +36,8 @@ def record_of(root: Path, run: PlannedRun, extra: Sequence[Extra] = ()) -> dict[
             metrics = run_metrics(run.run_dir)
         except (OSError, ValueError) as error:  # torn or edited by hand: the run's numbers are lost
             lost = "metrics.json cannot be read; delete the run's folder to run it again"
-            error_text = f"{lost} ({type(error).__name__}: {shorten(str(error))})"
-            return run_record(cell, axes, seed, "failed", error=error_text, run_dir=where)
+            error_text = f"damaged record: {lost} ({type(error).__name__}: {shorten(str(error))})"
+            return {**run_record(cell, axes, seed, "failed", error=error_text, run_dir=where), "damaged": True}
         for numbers in extra:
             metrics.update(numbers(run.run_dir))
         if "wall_s" in status:
@@ -49,6 +53,8 @@ def record_of(root: Path, run: PlannedRun, extra: Sequence[Extra] = ()) -> dict[
 def run_metrics(run_dir: Path) -> dict[str, float]:
     """Every number of ``metrics.json`` (but the step) and the run's forgetting summaries when it logged any."""
     final = json.loads((Path(run_dir) / "metrics.json").read_text(encoding="utf-8"))
+    if not isinstance(final, dict):
+        raise ValueError(f"holds a JSON {type(final).__name__}, not an object of metrics")
     metrics = {k: float(v) for k, v in final.items() if k != "step" and _is_number(v)}
     metrics.update(worst_languages(metrics))
     metrics.update(forgetting_summaries(Path(run_dir) / "metrics.jsonl"))

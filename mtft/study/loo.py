@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import numpy as np
 import torch
@@ -152,8 +152,9 @@ def weight_distances(file_s: Path, file_si: Path, shapes: dict[str, tuple[int, .
     return math.sqrt(diff), math.sqrt(normalized)
 
 
-def measure(runs: list[PlannedRun], cells: list[str]) -> list[CellStability]:
-    """Per cell (in ``cells``' order), the distance of every finished (S, S^i) pair of its runs."""
+def measure(runs: list[PlannedRun], cells: list[str], failed: Mapping[str, str] = {}) -> list[CellStability]:
+    """Per cell (in ``cells``' order), the distance of every finished (S, S^i) pair of its runs; a pair not measured
+    is listed with why: a failed run (``failed``: run key -> its error line) with its error line."""
     on_s = {(r.cell.name, r.seed): r for r in runs if r.draw is None}
     results = {name: CellStability(name, {}, "", Summary(0), Summary(0)) for name in cells}
     for run in runs:
@@ -161,6 +162,12 @@ def measure(runs: list[PlannedRun], cells: list[str]) -> list[CellStability]:
             continue
         cell, base = results[run.cell.name], on_s[run.cell.name, run.seed]
         cell.axes = dict(run.cell.axes)
+        if run.key in failed:  # its error line, as the failed runs on S have theirs
+            cell.missing.append(f"{run.key}: failed: {shorten(failed[run.key])}")
+            continue
+        if base.key in failed:
+            cell.missing.append(f"{run.key}: its run on S, {base.key}, failed: {shorten(failed[base.key])}")
+            continue
         if not (is_finished(base.run_dir) and is_finished(run.run_dir)):
             cell.missing.append(f"{run.key}: not finished (or its run on S, {base.key})")
             continue

@@ -12,6 +12,7 @@ import contextlib
 import errno
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -122,20 +123,28 @@ def make_job(root: Path, run: PlannedRun, spec: StudySpec) -> RunJob:
 def report(spec: StudySpec, root: Path, runs: list[PlannedRun], study_file: Path) -> dict[str, Any]:
     analyses = build_analyses(spec.analyses, spec.axes)
     on_s = [run for run in runs if run.draw is None]  # the runs on S; S^i's enter only the leave-one-out numbers
+    on_si = [run for run in runs if run.draw is not None]
     records = collect(root, on_s, [analysis.run_metrics for analysis in analyses.values()])
+    loo_records = collect(root, on_si)
     cells = [cell.name for cell in expand_cells(spec)]
     results = aggregate(records, spec.axes, spec.metrics, spec.baseline, cells, spec.failure)
     sections = write_analyses(root, analyses, records, results)
     command = f"python run.py study --config {study_file}"
     write_results(root, results, name=spec.name, command=command, sections=sections)
     if spec.leave_one_out:
-        stability = loo.measure(runs, cells)
+        failed = {run.key: r["error"] for run, r in zip(on_s + on_si, records + loo_records) if r["status"] == "failed"}
+        stability = loo.measure(runs, cells, failed)
         loo.write(root, stability)
         measured = sum(len(cell.pairs) for cell in stability)
         print(f"[mtft] study {spec.name}: leave-one-out stability of {measured} pair(s) -> {root / 'loo.json'}")
     counts = {status: sum(r["status"] == status for r in records) for status in ("complete", "failed", "pending")}
+    counts["damaged"] = 0
+    for record in records + loo_records:  # in study.md among the failed runs; said here too, one line each
+        if record.get("damaged"):
+            print(f"[mtft] study {spec.name}: {record['run_dir']}: {record['error']}", file=sys.stderr, flush=True)
+            counts["damaged"] += 1
     # a failed run on S^i is not in the tables, but its leave-one-out pair is missing: the study failed too
-    pairs = [r for r in collect(root, [run for run in runs if run.draw is not None]) if r["status"] == "failed"]
+    pairs = [r for r in loo_records if r["status"] == "failed"]
     also = f" (and {len(pairs)} leave-one-out run(s) on S^i failed)" if pairs else ""
     print(
         f"[mtft] study {spec.name}: {counts['complete']} complete, {counts['failed']} failed, "

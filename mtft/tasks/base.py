@@ -26,6 +26,7 @@ import datasets
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mtft.core.errors import ConfigError, DataError, echo, shorten
+from mtft.core.templates import fill_template
 from mtft.tasks.hidden import HIDDEN_ENCODED, check_not_hidden, is_hidden
 
 #: Segment ids in encoded rows, kept wherever the tokenizer writes them (BERT: 0 for the first text of a pair, 1
@@ -130,7 +131,11 @@ class Task:
             raise DataError(f"task {self.name!r} has no split {split!r}; it has: {', '.join(self.data)}")
         if isinstance(entry, dict) and protocol in entry and isinstance(entry[protocol], dict):
             entry = entry[protocol]
-        fields = {k: (v.format(language=language) if isinstance(v, str) else v) for k, v in entry.items()}
+        what = f"task {self.name!r}: data.{split}"
+        fields = {
+            k: (fill_template(v, {"language": language}, f"{what}.{k}") if isinstance(v, str) else v)
+            for k, v in entry.items()
+        }
         return DatasetRef(**fields)
 
     def training_languages(self, languages: Sequence[str], protocol: str) -> list[str]:

@@ -20,6 +20,7 @@ from mtft.core.errors import ConfigError
 from mtft.core.paths import check_name
 from mtft.core.registry import Registry, import_reference
 from mtft.core.safe_yaml import load_yaml, read_text
+from mtft.core.templates import check_template
 from mtft.tasks.base import Task
 from mtft.tasks.kinds import task_kind
 
@@ -91,6 +92,9 @@ def _check_data_entries(data: Any, path: Path) -> None:
                     f"task file {path}: data.{split} must be {{path, split[, name, data_files, language]}} "
                     "or a mapping from protocol to such entries"
                 )
+            for key, value in ref.items():
+                if isinstance(value, str):  # filled per language by Task.dataset_ref
+                    check_template(value, {"language"}, f"task file {path}: data.{split}.{key}")
 
 
 def _task_class(reference: str | None, path: Path, default: type[Task]) -> type[Task]:

@@ -10,19 +10,22 @@ Settings (in the task file or ``data.tasks.N.settings``)::
     context_template: "{premise} What was the {question}?"   # str.format over the row's columns
     choice_template: "{choice}"                        # {choice} is the choice's text
 
+Templates hold plain ``{column}`` placeholders only (:mod:`mtft.core.templates`): checked when the settings are
+read, their columns checked against each split, filled without ``str.format``.
+
 COPA's question is ``cause`` or ``effect``; the template turns it into words, as jiant's COPA does.
 """
 
 from __future__ import annotations
 
-import string
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional, Sequence
 
 import datasets
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from mtft.core.errors import DataError
+from mtft.core.templates import check_template, fill_template
 from mtft.tasks.base import SEGMENTS, Task
 
 
@@ -34,10 +37,17 @@ class ChoiceSettings(BaseModel):
     )
     context_template: Optional[str] = Field(
         None,
-        description="First segment of every pair, a str.format template over the row's columns "
+        description="First segment of every pair, a template of {column} placeholders over the row's columns "
         "(e.g. '{premise} What was the {question}?'); default: the text columns joined by a space.",
     )
     choice_template: str = Field("{choice}", description="Second segment; {choice} is the choice's text.")
+
+    @field_validator("context_template", "choice_template")
+    @classmethod
+    def _plain_placeholders(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None:
+            check_template(value, None, None)  # the columns are known with the split (check_split)
+        return value
 
 
 @dataclass
@@ -71,7 +81,7 @@ class MultipleChoiceTask(Task):
             ("context_template", options.context_template),
             ("choice_template", options.choice_template),
         ):
-            fields = {f for _, f, _, _ in string.Formatter().parse(template or "") if f}
+            fields = set(check_template(template or "", None, f"settings.{name}"))
             unknown = fields - set(dataset.column_names) - ({"choice"} if name == "choice_template" else set())
             if unknown:
                 raise DataError(
@@ -93,7 +103,7 @@ class MultipleChoiceTask(Task):
         count = len(rows)
         records = [{column: values[i] for column, values in batch.items()} for i in range(count)]
         contexts = [
-            options.context_template.format(**r)
+            fill_template(options.context_template, r, "settings.context_template")
             if options.context_template
             else " ".join(str(r[c]) for c in self.text_columns)
             for r in records
@@ -102,7 +112,8 @@ class MultipleChoiceTask(Task):
         for context, record in zip(contexts, records):
             for column in options.choice_columns:
                 firsts.append(context)
-                seconds.append(options.choice_template.format(**{**record, "choice": record[column]}))
+                choice = {**record, "choice": record[column]}
+                seconds.append(fill_template(options.choice_template, choice, "settings.choice_template"))
         encoded = tokenizer(firsts, seconds, truncation=True, max_length=max_length)
         width = len(options.choice_columns)
         out = {

@@ -116,3 +116,42 @@ def test_a_text_column_of_another_type_is_refused(tmp_path, kind, good, column, 
     rows = [{**good(i), column: bad} for i in range(3)]
     with pytest.raises(DataError, match=rf"train.jsonl: row 0: column '{column}' {message}"):
         load(tmp_path, kind, rows)
+
+
+def layouts(tmp_path):
+    """(task data entry, data.sources) of each way a training file is named: a data.sources pattern, and a task
+    file that names its own files (the packaged json builder)."""
+    pattern = str(tmp_path / "data" / "{name}" / "{split}.jsonl")
+    own = str(tmp_path / "data" / "{language}" / "train.jsonl")
+    return {
+        "data.sources pattern": ({"path": "my/t", "name": "{language}", "split": "train"}, {"my/t": pattern}),
+        "task file data_files": ({"path": "json", "data_files": own, "split": "train"}, {}),
+    }
+
+
+@pytest.mark.parametrize("layout", ["data.sources pattern", "task file data_files"])
+@pytest.mark.parametrize(
+    "rows, warning",
+    [
+        ([sentiment(0), sentiment(1, " ")], "1 empty text value(s)"),
+        ([sentiment(0), sentiment(0)], "1 row(s) repeat an example id"),
+    ],
+)
+def test_a_warning_names_the_task_the_language_and_the_file(tmp_path, caplog, layout, rows, warning):
+    entry, sources = layouts(tmp_path)[layout]
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    spec = {"task": "t", "languages": ["en", "de"], "data": {"train": entry}, **SENTIMENT}
+    (folder / "t.yaml").write_text(json.dumps(spec))
+    for lang, lines in (("en", [sentiment(i) for i in range(3)]), ("de", rows)):
+        (tmp_path / "data" / lang).mkdir(parents=True)
+        (tmp_path / "data" / lang / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    task = discover_tasks([folder])["t"]
+    with caplog.at_level(logging.WARNING, logger="mtft"):
+        for lang in ("en", "de"):
+            load_task_split(task, "train", lang, "in_language", sources, None)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        f"task 't' language de, {tmp_path}/data/de/train.jsonl (split train): {warning}"
+        + (" in columns text" if "empty" in warning else " of column 'idx'")
+    ]

@@ -211,3 +211,24 @@ def test_summaries_are_over_every_finite_pair():
     assert (summary.n, summary.mean, summary.min, summary.max) == (3, 2.0, 1.0, 3.0)
     assert summary.std == pytest.approx(1.0)
     assert loo.summarize([]).mean is None
+
+
+@pytest.mark.parametrize(
+    "failed, expect",
+    [
+        ({"c/seed-0-loo-0": "error: S^i went wrong"}, "c/seed-0-loo-0: failed: error: S^i went wrong"),
+        ({"c/seed-0": "error: S went wrong"}, "c/seed-0-loo-0: its run on S, c/seed-0, failed: error: S went wrong"),
+        ({}, "c/seed-0-loo-0: not finished (or its run on S, c/seed-0)"),
+    ],
+)
+def test_a_pair_not_measured_because_a_run_failed_shows_its_error_line(tmp_path, failed, expect):
+    from mtft.study.plan import Cell, PlannedRun
+
+    cell = Cell("c", {"variant": "c"}, {})
+    runs = [
+        PlannedRun(cell, 0, tmp_path / "s", tmp_path / "s.yaml", ""),
+        PlannedRun(cell, 0, tmp_path / "si", tmp_path / "si.yaml", "", draw=0),
+    ]
+    (result,) = loo.measure(runs, ["c"], failed)
+    assert result.missing == [expect] and not result.pairs
+    assert f"- {expect}" in loo.markdown([result])

@@ -172,17 +172,44 @@ def test_a_failed_leave_one_out_run_fails_the_study(tmp_path, monkeypatch):
 
     monkeypatch.setattr(runner, "execute", fail)
     assert study(path)["failed"] == 1
+    # its error line is in study.md, as a failed run on S has its own
+    assert "- lr-0.001/seed-0-loo-0: failed: error: S^i went wrong" in (root / "study.md").read_text()
 
 
-def test_a_torn_metrics_json_is_a_failed_run_not_a_traceback(tmp_path):
+# a finished run's metrics.json, damaged: what it holds, and the error its line names
+DAMAGED = {
+    "cut in half": (b'{"step": 6, "xnli/acc', "JSONDecodeError"),
+    "empty": (b"", "JSONDecodeError"),
+    "not an object": (b"[0.5, 0.6]", "holds a JSON list, not an object of metrics"),
+    "a number": (b"0.5", "holds a JSON float"),
+    "not UTF-8": (b'{"step": 6, "xnli/accuracy": 0.5, "n": "\xff"}', "UnicodeDecodeError"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGED))
+def test_a_damaged_metrics_json_is_a_failed_run_named_in_the_report_and_on_stderr(tmp_path, capsys, damage):
+    from argparse import Namespace
+
+    from mtft.commands.study import main
+
+    content, error = DAMAGED[damage]
     path = write_study(tmp_path)
     root = tmp_path / "study"
     finish_runs(root)
-    (root / "runs" / "lr-0.001" / "seed-1" / "metrics.json").write_text('{"step": 6, "xnli/acc')
+    (root / "runs" / "lr-0.001" / "seed-1" / "metrics.json").write_bytes(content)
     for report_only in (True, False):
-        assert study(path, report_only=report_only) == {"complete": 1, "failed": 1, "pending": 0}
-    text = (root / "study.md").read_text()
-    assert "seed-1`: metrics.json cannot be read; delete the run's folder to run it again (JSONDecodeError" in text
+        capsys.readouterr()
+        assert study(path, report_only=report_only) == {"complete": 1, "failed": 1, "pending": 0, "damaged": 1}
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and "seed-1: damaged record: metrics.json cannot be read" in lines[0], lines
+        assert error in lines[0]
+        text = (root / "study.md").read_text()
+        assert "seed-1`: damaged record: metrics.json cannot be read; delete the run's folder to run it again" in text
+        assert "1 complete, 1 failed" in text
+    args = Namespace(config=str(path), overrides=[], report_only=True)
+    assert main(args) == 1  # --report-only says so by its exit status too
+    (root / "runs" / "lr-0.001" / "seed-1" / "metrics.json").write_text(json.dumps({"step": 6, "xnli/accuracy": 1}))
+    assert main(args) == 0
 
 
 def test_a_resolved_config_that_is_not_utf8_is_one_line(tmp_path):
