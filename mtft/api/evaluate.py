@@ -19,6 +19,7 @@ from mtft.config import config_to_yaml, load_config
 from mtft.config.schema import RunConfig
 from mtft.core.atomic import write_json, write_text
 from mtft.core.errors import CheckpointError, ConfigError, DataError, UserError
+from mtft.core.registry import plugin_code
 from mtft.data.batching import BatchBuilder
 from mtft.data.pipeline import PreparedData, prepare_data
 from mtft.data.selection import select_tasks, trained_languages
@@ -26,7 +27,7 @@ from mtft.evaluation.evaluate import Evaluation, evaluate, metrics_record, write
 from mtft.evaluation.majority import majority_baselines
 from mtft.models.folders import read_json
 from mtft.reporting.report import write_report
-from mtft.training.restore import find_run_dir
+from mtft.training.restore import RUN_CONFIG, find_run_dir
 
 OVERRIDABLE = ("data.", "evaluation.")  # what is evaluated; anything else would change what was trained
 
@@ -52,10 +53,19 @@ def evaluation_config(run_dir: Path, overrides: Sequence[str]) -> RunConfig:
 
 
 def evaluate_run(
-    run_dir: Path, out: Path, overrides: Sequence[str] = (), checkpoint: Optional[str] = None
+    run_dir: Path,
+    out: Path,
+    overrides: Sequence[str] = (),
+    checkpoint: Optional[str] = None,
+    trust_plugins: bool = False,
 ) -> Evaluation:
     """Evaluate ``run_dir`` (at ``checkpoint``, see :func:`mtft.api.load_run`) as ``overrides`` say; write it to
     ``out``, which must not exist or be empty and may not lie inside the run folder (:func:`output_policy`)."""
+    with plugin_code(trust_plugins, RUN_CONFIG):
+        return _evaluate_run(run_dir, out, overrides, checkpoint)
+
+
+def _evaluate_run(run_dir: Path, out: Path, overrides: Sequence[str], checkpoint: Optional[str]) -> Evaluation:
     config = evaluation_config(run_dir, overrides)
     policy = output_policy(run_dir)
     policy.check_folder(out)

@@ -21,22 +21,27 @@ from mtft.api.inputs import from_records, load_input, prepare_input
 from mtft.config.schema import RunConfig
 from mtft.core.errors import CheckpointError, ConfigError, DataError
 from mtft.core.output import OutputPolicy
+from mtft.core.registry import plugin_code
 from mtft.data.batching import BatchBuilder
 from mtft.data.pipeline import Objective, PreparedData, TaskData, _encode, _objective_key
 from mtft.data.selection import SelectedTask, select_tasks
 from mtft.evaluation.evaluate import batch_logits
 from mtft.tasks.base import Task
-from mtft.training.restore import LoadedRun, find_run_dir
+from mtft.training.restore import RUN_CONFIG, LoadedRun, find_run_dir
 from mtft.training.restore import load_run as restore_run
 
 CHUNK_ROWS = 1024  # rows encoded and predicted at a time: memory is flat in the number of rows
 UNNAMED = "input"  # the language of rows given without one (adapters kept per task route them all the same)
 
 
-def load_run(run_dir: Union[str, Path], checkpoint: Union[str, Path, None] = None) -> "TrainedRun":
+def load_run(
+    run_dir: Union[str, Path], checkpoint: Union[str, Path, None] = None, trust_plugins: bool = False
+) -> "TrainedRun":
     """The run in ``run_dir`` with the weights of ``checkpoint``: ``best`` (the default where the run kept one,
-    else its newest complete checkpoint), ``latest``, a checkpoint's folder name (``step-00000120``) or path."""
-    return TrainedRun(restore_run(Path(run_dir), checkpoint))
+    else its newest complete checkpoint), ``latest``, a checkpoint's folder name (``step-00000120``) or path.
+    Plug-in code its config names is imported only with ``trust_plugins``; no code in the folder ever runs."""
+    with plugin_code(trust_plugins, RUN_CONFIG):
+        return TrainedRun(restore_run(Path(run_dir), checkpoint, trust_plugins))
 
 
 def output_policy(run_dir: Union[str, Path], *inputs: Union[str, Path]) -> OutputPolicy:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from mtft.training.restore import CHECKPOINT_HELP
+from mtft.core.registry import plugin_code
+from mtft.training.restore import CHECKPOINT_HELP, RUN_CONFIG
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,6 +25,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", required=True, type=Path, help="a new (or empty) folder for the evaluation")
     parser.add_argument("--checkpoint", default=None, help=CHECKPOINT_HELP)
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="data.* and evaluation.* overrides")
+    parser.add_argument(
+        "--trust-plugins",
+        action="store_true",
+        help="import plug-in code (module:Class) that the run's config names; off: refused, no code imported",
+    )
     return parser
 
 
@@ -31,9 +37,10 @@ def main(args: argparse.Namespace) -> int:
     from mtft.api.evaluate import evaluate_run, evaluation_config
     from mtft.api.run import output_policy
 
-    evaluation_config(args.run, args.overrides)  # a bad override or a folder that is not a run: before any loading
+    with plugin_code(args.trust_plugins, RUN_CONFIG):
+        evaluation_config(args.run, args.overrides)  # a bad override or a folder that is not a run: before loading
     output_policy(args.run).check_folder(args.out)
-    result = evaluate_run(args.run, args.out, args.overrides, args.checkpoint)
+    result = evaluate_run(args.run, args.out, args.overrides, args.checkpoint, args.trust_plugins)
     summary = ", ".join(f"{k}={v:.4f}" for k, v in result.metrics.items() if k.count("/") == 1 and "majority" not in k)
     print(f"{summary}\n-> {args.out}")
     return 0

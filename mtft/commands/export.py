@@ -55,16 +55,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="LoRA / Multi-LoRA: write each task's encoder with its adapter merged into the weights (a plain "
         "Transformers folder per task) instead of PEFT adapters",
     )
+    parser.add_argument(
+        "--trust-plugins",
+        action="store_true",
+        help="import plug-in code (module:Class) that the run's config names; off: refused, no code imported",
+    )
     return parser
 
 
 def main(args: argparse.Namespace) -> int:
-    for folder in export_run(args.run, args.out, args.checkpoint, args.merge):
+    for folder in export_run(args.run, args.out, args.checkpoint, args.merge, args.trust_plugins):
         print(folder)
     return 0
 
 
-def export_run(run_dir: Path, out: Path, checkpoint: Union[str, Path, None] = None, merge: bool = False) -> list[Path]:
+def export_run(
+    run_dir: Path,
+    out: Path,
+    checkpoint: Union[str, Path, None] = None,
+    merge: bool = False,
+    trust_plugins: bool = False,
+) -> list[Path]:
     """Write every adapter (with ``merge``: every task's encoder with its adapter merged in; without adapters: the
     encoder) of ``run_dir`` at ``checkpoint`` (best/ by default, as every command) under ``out`` (which must not
     exist or be empty); return the folders written. Written under the output policy (:mod:`mtft.core.output`):
@@ -73,7 +84,7 @@ def export_run(run_dir: Path, out: Path, checkpoint: Union[str, Path, None] = No
     policy = output_policy(run_dir)
     policy.check_folder(out)
     quiet_cpu_accelerator()  # PEFT's save asks transformers about DeepSpeed, which would warn about the CPU
-    run = load_run(run_dir, checkpoint)
+    run = load_run(run_dir, checkpoint, trust_plugins)
     method = run.config.model.adapter.method
     if run.method.routing is None and not run.method.exports_lora:  # full fine-tuning, heads only: no adapters
         if merge:

@@ -23,7 +23,8 @@ from pathlib import Path
 from mtft.config import load_config
 from mtft.config.schema import RunConfig
 from mtft.core.errors import CheckpointError, ConfigError, UserError
-from mtft.training.restore import CHECKPOINT_HELP, find_run_dir
+from mtft.core.registry import plugin_code
+from mtft.training.restore import CHECKPOINT_HELP, RUN_CONFIG, find_run_dir
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,10 +41,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint", default=None, help=CHECKPOINT_HELP)
     parser.add_argument("--batch-size", type=int, default=None, help="default: the run's evaluation.batch_size")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--trust-plugins",
+        action="store_true",
+        help="import plug-in code (module:Class) that the run's config names; off: refused, no code imported",
+    )
     return parser
 
 
 def main(args: argparse.Namespace) -> int:
+    with plugin_code(args.trust_plugins, RUN_CONFIG):
+        return _predict(args)
+
+
+def _predict(args: argparse.Namespace) -> int:
     import datasets
 
     from mtft.api.run import load_run, output_policy, read_input
@@ -56,7 +67,7 @@ def main(args: argparse.Namespace) -> int:
     datasets.disable_progress_bars()
     # an unknown task or input columns that do not fit it are refused before the model loads
     dataset, where = read_input(config, args.task, args.input, args.split, args.language)
-    run = load_run(args.run, args.checkpoint)
+    run = load_run(args.run, args.checkpoint, args.trust_plugins)
     count = 0
     with policy.writing_file(args.out, args.overwrite) as handle:
         for row in run.iter_predict(args.task, dataset, args.language, args.batch_size, not args.no_progress, where):

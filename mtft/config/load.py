@@ -10,7 +10,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from mtft.config.schema import RunConfig, WeightingSection
-from mtft.core.errors import ConfigError, echo, shorten
+from mtft.core.errors import ConfigError, echo
 from mtft.core.safe_yaml import load_yaml, read_text
 
 
@@ -117,7 +117,7 @@ def _describe(err: dict[str, Any], source: str, overridden: set[str]) -> str:
         return f"{where}: required key '{key}' is missing"
     got = err.get("input")
     got_text = "" if isinstance(got, (dict, list)) else f" (got {echo(got)})"
-    message = shorten(err["msg"])
+    message = " ".join(str(err["msg"]).split())  # mtft's own words, whole: only echoed input is shortened (echo)
     if kind == "value_error":
         message = message.removeprefix("Value error, ")
     if kind in ("literal_error", "enum"):

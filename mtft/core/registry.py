@@ -17,7 +17,10 @@ importing it before it is needed.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import importlib
+import sys
 from typing import Any, Callable, Generic, Iterator, Mapping, Optional, TypeVar, Union
 
 T = TypeVar("T")
@@ -29,6 +32,34 @@ def qualified(entry: Entry) -> str:
     return entry.replace(":", ".") if isinstance(entry, str) else f"{entry.__module__}.{entry.__qualname__}"
 
 
+#: why plug-in code may not be imported now (None: it may): set while mtft reads a folder it did not write
+_UNTRUSTED: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("untrusted_plugin_code", default=None)
+
+
+@contextlib.contextmanager
+def plugin_code(trusted: bool, source: str) -> Iterator[None]:
+    """Within the block, unless ``trusted``, no plug-in module is imported (mtft's own and those already imported
+    excepted): a run folder's ``config.yaml`` that names ``model.adapter.method: evil:Method``, a weighting by path
+    or a task folder whose task file has ``class:`` would otherwise run Python code that came with data.
+    ``source`` names what named the code, for the refusal."""
+    token = _UNTRUSTED.set(None if trusted else source)
+    try:
+        yield
+    finally:
+        _UNTRUSTED.reset(token)
+
+
+def check_plugin_import(module_name: str) -> None:
+    """A ValueError line where importing ``module_name`` now would run plug-in code named by an untrusted source."""
+    source = _UNTRUSTED.get()
+    if source is None or module_name.split(".")[0] == "mtft" or module_name in sys.modules:
+        return
+    raise ValueError(
+        f"{source} names plug-in code ({module_name}), which mtft does not import from a folder it reads; "
+        "pass --trust-plugins (trust_plugins=True) if you trust it"
+    )
+
+
 def import_reference(reference: str) -> Any:
     """The attribute ``reference`` (``package.module:Class``, or ``module:Outer.Inner``) names; one ValueError line
     for a malformed reference, a module that cannot be imported (missing, missing one of its own imports, or failing
@@ -36,6 +67,7 @@ def import_reference(reference: str) -> Any:
     module_name, _, attribute = reference.partition(":")
     if not module_name or not attribute:
         raise ValueError("expected module:Class, e.g. mypackage.mymodule:MyClass")
+    check_plugin_import(module_name)
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as error:

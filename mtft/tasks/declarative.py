@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 from mtft.core.errors import ConfigError
 from mtft.core.paths import check_name
-from mtft.core.registry import Registry, import_reference
+from mtft.core.registry import Registry, check_plugin_import, import_reference
 from mtft.core.safe_yaml import load_yaml, read_text
 from mtft.core.templates import check_template
 from mtft.tasks.base import Task
@@ -126,6 +126,10 @@ def _module_beside(module_name: str, reference: str, path: Path) -> ModuleType:
             "module is named by its dotted path, '<package.module>:<Class>')"
         )
     unique = f"mtft_user_tasks.{path.parent.name}.{module_name}"
+    try:
+        check_plugin_import(str(module_path))
+    except ValueError as exc:
+        raise ConfigError(f"task file {path}: class {reference!r}: {exc}") from None
     module_spec = importlib.util.spec_from_file_location(unique, module_path)
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[unique] = module

@@ -31,6 +31,7 @@ from mtft.config import load_config
 from mtft.config.schema import RunConfig
 from mtft.core.atomic import is_complete
 from mtft.core.errors import CheckpointError, UserError, shorten
+from mtft.core.registry import plugin_code
 from mtft.models.folders import folder_config, folder_tokenizer, reading, refuse_remote_code
 from mtft.models.multihead import collapse_stacked_heads
 from mtft.models.multitask import MultiTaskModel
@@ -38,6 +39,7 @@ from mtft.tasks.kinds import build_head
 from mtft.training.checkpoint import MARKER, latest_checkpoint
 
 ENCODER_DIR = "encoder"
+RUN_CONFIG = "the run folder's config.yaml"  # what names a run's plug-in code, for the refusal (plugin_code)
 BEST = "best"
 ROTATION_RETRIES = 5  # a default checkpoint resolved again after training rotated it away this many times
 
@@ -107,10 +109,17 @@ def _kept(root: Path) -> str:
     return f"it has: {', '.join(kept) or 'none'}"
 
 
-def load_run(run_dir: Path, checkpoint: Union[str, Path, None] = None) -> LoadedRun:
+def load_run(run_dir: Path, checkpoint: Union[str, Path, None] = None, trust_plugins: bool = False) -> LoadedRun:
     """The model of ``run_dir`` with the weights of ``checkpoint`` (see :func:`resolve_checkpoint`; default: best/,
     else the newest complete checkpoint). ``run_dir`` may also be a checkpoint folder of a run, whose weights are
-    then loaded. Every problem of the folder is one :class:`CheckpointError` line naming the file."""
+    then loaded. Every problem of the folder is one :class:`CheckpointError` line naming the file. Plug-in code
+    that the run's config names (an adapter method, weighting or task class by ``module:Class``) is imported only
+    with ``trust_plugins`` (:func:`mtft.core.registry.plugin_code`)."""
+    with plugin_code(trust_plugins, RUN_CONFIG):
+        return _load_run(run_dir, checkpoint)
+
+
+def _load_run(run_dir: Path, checkpoint: Union[str, Path, None]) -> LoadedRun:
     root, found = find_run_dir(run_dir)
     chosen_by_default = checkpoint is None and found is None or str(checkpoint) in (BEST, "latest")
     for attempt in range(ROTATION_RETRIES + 1):

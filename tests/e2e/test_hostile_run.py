@@ -21,6 +21,7 @@ from subprocess import PIPE
 
 import pytest
 import torch
+import yaml
 from safetensors.torch import save_file
 
 from tests.conftest import BASE_CONFIG, REPO, base_overrides, clean_env, read_jsonl, run_cli
@@ -146,8 +147,55 @@ def test_a_damaged_or_hostile_run_folder_is_one_line_and_runs_no_code(trained, t
     before = snapshot(tmp_path)
     argv = [a.replace("{run}", str(run)).replace("{tmp}", str(tmp_path)) for a in COMMANDS[command]]
     one_line_error(run_cli(*argv), expect)
-    assert not (run / "encoder/CODE_RAN").exists(), f"{fault}: code from the run folder ran"
+    assert not list(tmp_path.rglob("CODE_RAN")), f"{fault}: code from the run folder ran"
     assert snapshot(tmp_path) == before, f"{fault}/{command}: something was written"
+
+
+def _config_edit(run: Path, change) -> None:
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    change(config)
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+
+
+def _task_plugin(run: Path) -> None:
+    """A task folder inside the run, named by its config.yaml, whose task file's class: runs Python beside it."""
+    (run / "tasks").mkdir()
+    (run / "tasks/evil.py").write_text(EVIL)
+    task = {"task": "evil", "class": "evil:Task", "head": "sequence_classification", "languages": ["en"]}
+    task |= {"text_columns": ["premise", "hypothesis"], "metrics": ["accuracy"]}
+    task["data"] = {"validation": {"path": "facebook/xnli", "name": "{language}", "split": "validation"}}
+    (run / "tasks/evil.yaml").write_text(yaml.safe_dump(task))
+    _config_edit(
+        run, lambda c: (c["data"].update(task_dirs=[str(run / "tasks")]), c["data"]["tasks"].append({"name": "evil"}))
+    )
+
+
+# (fault, command): plug-in code a run folder's config.yaml names, refused unless --trust-plugins
+PLUGINS = {
+    ("adapter-by-path", command): (
+        lambda r: _config_edit(r, lambda c: c["model"]["adapter"].update(method="evil_adapter:Method")),
+        "names plug-in code (evil_adapter)",
+    )
+    for command in COMMANDS
+} | {
+    ("task-class-beside-its-file", command): (_task_plugin, "class 'evil:Task': ")
+    for command in ("predict", "evaluate")  # export rebuilds the trained heads only: the task is never read
+}
+
+
+@pytest.mark.parametrize("fault, command", sorted(PLUGINS))
+def test_plugin_code_named_by_a_run_folder_is_not_imported(trained, tmp_path, fault, command):
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    damage, expect = PLUGINS[fault, command]
+    damage(run)
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    before = snapshot(tmp_path)
+    argv = [a.replace("{run}", str(run)).replace("{tmp}", str(tmp_path)) for a in COMMANDS[command]]
+    line = one_line_error(run_cli(*argv), expect)
+    assert "--trust-plugins" in line
+    assert not list(tmp_path.rglob("CODE_RAN")), f"{fault}: plug-in code from the run folder ran"
+    assert snapshot(tmp_path) == before
 
 
 def test_predict_keeps_the_inputs_ids_and_answers_repeated_ids_row_by_row(trained, tmp_path):
@@ -172,6 +220,25 @@ def same(a: dict, b: dict) -> bool:
     """The same row, probabilities to float32 round-off (a row's padding differs with its batch)."""
     close = all(abs(a["probabilities"][k] - b["probabilities"][k]) < 1e-5 for k in b["probabilities"])
     return a["id"] == b["id"] and a["prediction"] == b["prediction"] and close
+
+
+@pytest.mark.parametrize(
+    "content, expect",
+    [
+        ('{"premise": "a", "hypothesis": "b"}\n{oops\n', "in.jsonl"),
+        ("", "in.jsonl"),
+        (b'{"premise": "caf\xe9", "hypothesis": "b"}\n', "not UTF-8"),
+        ('{"premise": "a"}\n', "missing column(s) hypothesis"),
+    ],
+)
+def test_a_bad_predict_input_is_one_line_and_no_output(trained, tmp_path, content, expect):
+    """A malformed, empty, non-UTF-8 or ill-fitting input: mtft's one line only (no datasets logger line before
+    it), and no --out."""
+    source = tmp_path / "in.jsonl"
+    (source.write_bytes if isinstance(content, bytes) else source.write_text)(content)
+    argv = ["predict", "--run", str(trained), "--task", "xnli", "--input", str(source), "--out", str(tmp_path / "p")]
+    one_line_error(run_cli(*argv), expect)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
 
 
 def outputs_case(tmp: Path, run: Path, case: str) -> tuple[list[str], str]:

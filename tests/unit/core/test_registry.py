@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from mtft.adapters import METHODS
-from mtft.core.registry import Registry
+from mtft.core.registry import Registry, plugin_code
 from mtft.study.analyses import REGISTRY as ANALYSES
 from mtft.tasks.declarative import TASK_PLUGINS
 from mtft.tasks.kinds import HEAD_CLASSES, TASK_CLASSES, register_kind
@@ -64,6 +64,22 @@ def kind(request, tmp_path, monkeypatch):
 
 def test_every_plug_in_kind_has_a_registry():
     assert all(isinstance(registry, Registry) for registry, _, _ in KINDS.values())
+
+
+def test_plugin_code_named_by_a_folder_mtft_reads_is_not_imported_unless_trusted(kind):
+    """Within plugin_code(trusted=False, ...) -- how every reader of a run folder loads it -- neither a registered
+    lazy entry nor a module:Class path imports a plug-in module; mtft's own modules still load; trusted, it does."""
+    registry, module = kind
+    registry.add("lazy_plugin", f"{module}:Plugin")
+    with plugin_code(False, "runs/x/config.yaml"):
+        for name in ("lazy_plugin", f"{module}:Plugin"):
+            if name == "lazy_plugin" or registry.by_path:
+                with pytest.raises(ValueError, match=rf"runs/x/config.yaml names plug-in code \({module}\), "):
+                    registry.get(name)
+        assert module not in sys.modules
+        assert all(registry.get(builtin) for builtin in registry.names() if builtin != "lazy_plugin")
+    with plugin_code(True, "runs/x/config.yaml"):
+        assert registry.get("lazy_plugin").__name__ == "Plugin"
 
 
 def test_a_module_class_entry_is_imported_only_when_asked_for(kind):
