@@ -124,6 +124,9 @@ def _quiet_datasets() -> Iterator[None]:
         library.setLevel(level)
 
 
+_BLANK_CHECK = 1 << 16  # a named file this small is read whole to see whether it holds more than whitespace
+
+
 def check_local_files(ref: DatasetRef, sources: Mapping[str, str] = {}) -> DatasetRef:
     """Refuse, with one :class:`DataError` naming the file, a local file ``ref`` would be read from (through
     ``data.sources``, or the task's own ``data_files``) that is missing, empty or not UTF-8 text; return ``ref``
@@ -136,7 +139,7 @@ def check_local_files(ref: DatasetRef, sources: Mapping[str, str] = {}) -> Datas
         key = (str(file.resolve()), stat.st_size, stat.st_mtime_ns)
         if key in _VALID:
             continue
-        if named and stat.st_size == 0:
+        if named and (stat.st_size == 0 or stat.st_size <= _BLANK_CHECK and not file.read_bytes().strip()):
             raise DataError(f"cannot load {file} (for {ref.describe()}): the file is empty (no rows)")
         where = utf8_error(file) if file.suffix in _TEXT_FORMATS else None
         if where:

@@ -226,7 +226,9 @@ def same(a: dict, b: dict) -> bool:
     "content, expect",
     [
         ('{"premise": "a", "hypothesis": "b"}\n{oops\n', "in.jsonl"),
-        ("", "in.jsonl"),
+        ("", "the file is empty"),
+        ("  \n\t\n", "the file is empty"),
+        ('{"premise": "\\ud800 lone", "hypothesis": "b"}\n', "in.jsonl"),
         (b'{"premise": "caf\xe9", "hypothesis": "b"}\n', "not UTF-8"),
         ('{"premise": "a"}\n', "missing column(s) hypothesis"),
     ],
@@ -239,6 +241,26 @@ def test_a_bad_predict_input_is_one_line_and_no_output(trained, tmp_path, conten
     argv = ["predict", "--run", str(trained), "--task", "xnli", "--input", str(source), "--out", str(tmp_path / "p")]
     one_line_error(run_cli(*argv), expect)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+
+
+def test_unusual_text_is_answered_row_by_row(trained, tmp_path):
+    """NUL, right-to-left marks, stacked combining characters, a blank text and a 1 MB text: each row answered,
+    with its id (a text longer than the model reads is truncated, as in training)."""
+    odd = {
+        "nul": "a\u0000b dog",
+        "rtl": "\u202eevil\u202c \u0627\u0644\u0643\u0644\u0628 \u200f",
+        "combining": "e\u0301\u0301\u0301\u0301",
+        "blank": "   ",
+        "megabyte": "word " * 200_000,
+    }
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"id": k, "premise": v, "hypothesis": "x"}) + "\n" for k, v in odd.items()))
+    out = tmp_path / "p.jsonl"
+    result = run_cli("predict", "--run", str(trained), "--task", "xnli", "--input", str(source), "--out", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_jsonl(out)
+    assert [r["id"] for r in rows] == list(odd)
+    assert all(r["prediction"] in ("entailment", "neutral", "contradiction") for r in rows)
 
 
 def outputs_case(tmp: Path, run: Path, case: str) -> tuple[list[str], str]:
@@ -347,7 +369,9 @@ def test_two_evaluations_into_one_out_leave_one_whole(trained, tmp_path):
     refused = next(err for code, _, err in results if code == 2).strip()
     assert refused.count("\n") == 0 and refused.startswith("error: --out"), refused
     assert ("being written by another mtft command" in refused) or ("exists and is not empty" in refused)
-    assert json.loads((out / "metrics.json").read_text()) == json.loads((trained / "metrics.json").read_text())
+    best = json.loads((trained / "best/metrics.json").read_text())
+    assert json.loads((out / "metrics.json").read_text())["step"] == best["step"]  # the winner's, whole
+    assert {"COMPLETE", "metrics.json", "report.md", "config.yaml", "predictions"} <= {p.name for p in out.iterdir()}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["evaluation"]  # no partial, no lock left
 
 
