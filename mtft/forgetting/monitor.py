@@ -28,7 +28,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Protocol
 
 import torch
 
@@ -144,18 +144,29 @@ def _key(name: str, group: str, language: str = "") -> str:
     return "/".join(part for part in (name, group, language) if part)
 
 
-class NullMonitor:
-    """Monitors off: every hook does nothing."""
+class Monitor(Protocol):
+    """What the training loop calls of the forgetting monitors: :class:`ForgettingMonitor`, or :class:`NullMonitor`
+    when they are off."""
 
-    def start(self, step, log) -> None: ...
-    def after_step(self, step) -> Optional[str]:
+    def start(self, step: int, log: Any) -> None: ...
+    def after_step(self, step: int) -> Optional[str]: ...
+    def end(self, step: int) -> None: ...
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state: Optional[dict]) -> None: ...
+
+
+class NullMonitor:
+    """Monitors off: every hook does nothing (a :class:`Monitor`)."""
+
+    def start(self, step: int, log: Any) -> None: ...
+    def after_step(self, step: int) -> Optional[str]:
         return None
 
-    def end(self, step) -> None: ...
-    def state_dict(self) -> dict:
+    def end(self, step: int) -> None: ...
+    def state_dict(self) -> dict[str, Any]:
         return {}
 
-    def load_state_dict(self, state) -> None: ...
+    def load_state_dict(self, state: Optional[dict]) -> None: ...
 
 
 class ForgettingMonitor:

@@ -5,7 +5,7 @@ torch's AdamW (Loshchilov & Hutter, 2019; Kingma & Ba, 2015, Algorithm 1) steps
     θ ← θ − η·λ·θ − η · m̂_k / (√v̂_k + ε),      m̂_k = m_k / (1 − β1^k),   v̂_k = v_k / (1 − β2^k)
 
 so, momentum aside, a gradient d is applied as P d with P = diag(1 / (√v̂ + ε)). Before step k the state holds
-v_{k−1} and k − 1; :meth:`OptimizerMetric.diagonal` returns P_{k−1} = 1 / (√(v_{k−1} / (1 − β2^{k−1})) + ε),
+v_{k−1} and k − 1; :meth:`AdamWPreconditioner.diagonal` returns P_{k−1} = 1 / (√(v_{k−1} / (1 − β2^{k−1})) + ε),
 exactly the preconditioner of the previous step (bias correction and ε as torch applies them). It is the
 optimizer's own estimate of P_k: v̂_k differs from v̂_{k−1} only by the current gradient's share (1 − β2)/(1 − β2^k)
 (0.1% late in training with β2 = 0.999; see docs/lfmlf.md for what this leaves unguaranteed). Before the first
@@ -24,7 +24,7 @@ from typing import Optional
 import torch
 
 
-class OptimizerMetric:
+class AdamWPreconditioner:
     """P = diag(1/(√v̂ + ε)) of the engine's AdamW for given parameters, or None for the Euclidean metric."""
 
     def __init__(self, engine):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 import datasets
 import numpy as np
@@ -24,10 +24,10 @@ from mtft.data.batching import BatchBuilder
 from mtft.data.pipeline import PreparedData, prepare_data
 from mtft.data.sampler import MultiObjectiveSampler, mixing_probabilities
 from mtft.forgetting import build_monitor
-from mtft.forgetting.monitor import prepare_forgetting
+from mtft.forgetting.monitor import Monitor, prepare_forgetting
 from mtft.gradients import full_numel
 from mtft.reporting.logs import add_file_log, logger
-from mtft.training.adamw_preconditioner import OptimizerMetric
+from mtft.training.adamw_preconditioner import AdamWPreconditioner
 from mtft.training.engine import finetuning_engine, initialize
 from mtft.training.gram_step import GramWeightedStep
 from mtft.training.pretrain import pretrained_backbone
@@ -37,6 +37,9 @@ from mtft.training.setup import build_model, make_tokenizer_factory, shared_para
 from mtft.training.step import LossWeightedStep, StepResult
 from mtft.training.surt import surt_backbone
 from mtft.weighting import Weighting, build_weighting
+
+if TYPE_CHECKING:  # imported by the engine's construction only where it runs (deepspeed is slow to import)
+    from deepspeed import DeepSpeedEngine
 
 #: one optimizer step over the step's micro-batches: LossWeightedStep or GramWeightedStep
 Step = Callable[[Iterable[dict[str, torch.Tensor]]], StepResult]
@@ -50,12 +53,12 @@ class RunParts:
     run_dir: Path
     model: ModelSection  # config.model with the backbone fine-tuning starts from (pre-trained, re-trained by SURT)
     data: PreparedData
-    engine: Any  # deepspeed.DeepSpeedEngine around the MultiTaskModel
+    engine: DeepSpeedEngine  # around the MultiTaskModel
     step: Step
     sampler: MultiObjectiveSampler
     mixing: np.ndarray  # the sampler's probability of each training unit
     builder: BatchBuilder
-    monitor: Any  # mtft.forgetting.monitor.ForgettingMonitor, or its NullMonitor
+    monitor: Monitor  # the forgetting monitors, or their NullMonitor
     parameters: list[tuple[str, int, int]]  # (part, stored, trainable) for the log and the report
 
 
@@ -137,9 +140,9 @@ def _build_step(config: RunConfig, engine, weighting: Weighting, shared, num_obj
             f"{cfg.method}: Gram over {sum(full_numel(p) for p in params):,} shared parameters "
             f"({len(params)} tensors), {num_objectives} objectives"
         )
-    metric: Optional[OptimizerMetric] = None
+    metric: Optional[AdamWPreconditioner] = None
     if cfg.metric == "optimizer":
-        metric = OptimizerMetric(engine)
+        metric = AdamWPreconditioner(engine)
         if metric.adaptive:
             logger.info(f"{cfg.method}: Gram in AdamW's metric, g_tᵀ diag(1/(√v̂+ε)) g_s (Euclidean at step 1)")
         else:

@@ -56,7 +56,7 @@ def deepspeed_config(config: RunConfig, world_size: int) -> dict[str, Any]:
     if config.weighting.per_objective_gradients():
         stage = ds.get("zero_optimization", {}).get("stage", 0)
         if stage == 3 and config.weighting.metric == "optimizer":
-            # OptimizerMetric reads AdamW's v from torch's own state or ZeRO-1/2's flat partitions
+            # AdamWPreconditioner reads AdamW's v from torch's own state or ZeRO-1/2's flat partitions
             raise ConfigError(
                 "weighting.metric=optimizer reads AdamW's state, which ZeRO-3 partitions in a layout it does not "
                 f"read; use weighting.metric=euclidean, or ZeRO stage 0, 1 or 2 (not 3, from "

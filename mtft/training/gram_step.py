@@ -36,10 +36,10 @@ A Gram that holds NaN or inf is refused by the solver: the step is skipped on ev
 
 Two options (``weighting.metric``, ``weighting.descent_check``):
 
-- ``metric``: an :class:`~mtft.training.adamw_preconditioner.OptimizerMetric` forms the Gram in the optimizer's metric,
-  G_ts = g_tᵀ P g_s with P = diag(1/(√v̂+ε)) AdamW's preconditioner (the Euclidean Gram before the first step
-  and with SGD). The combined gradient Σ_t w_t g_t is unchanged: AdamW applies P to it itself. ZeRO stages 0-2
-  only (refused under ZeRO-3: :func:`mtft.training.engine.deepspeed_config`).
+- ``metric``: an :class:`~mtft.training.adamw_preconditioner.AdamWPreconditioner` forms the Gram in the
+  optimizer's metric, G_ts = g_tᵀ P g_s with P = diag(1/(√v̂+ε)) AdamW's preconditioner (the Euclidean Gram
+  before the first step and with SGD). The combined gradient Σ_t w_t g_t is unchanged: AdamW applies P to it
+  itself. ZeRO stages 0-2 only (refused under ZeRO-3: :func:`mtft.training.engine.deepspeed_config`).
 - ``descent_check``: after ``engine.step()``, the first-order change of every objective's loss under the update
   actually applied, g_tᵀΔθ with Δθ = θ_{k+1} − θ_k over every trainable parameter (T dot products), and whether
   all of them are negative. The same step then also serves weightings that read no Gram (none is formed). Under
@@ -60,7 +60,7 @@ from mtft.core.errors import Diverged
 from mtft.gradients import PerObjectiveGradients, ShardedGradients
 from mtft.pareto import SolverInputError
 from mtft.reporting.logs import logger
-from mtft.training.adamw_preconditioner import OptimizerMetric
+from mtft.training.adamw_preconditioner import AdamWPreconditioner
 from mtft.training.step import StepResult, drain_regularisers
 from mtft.weighting import Weighting
 
@@ -75,7 +75,7 @@ class GramWeightedStep:
         shared: Optional[list[torch.nn.Parameter]],
         cosine_every: int = 0,
         shared_rows: Optional[dict[torch.nn.Parameter, torch.Tensor]] = None,
-        metric: Optional[OptimizerMetric] = None,
+        metric: Optional[AdamWPreconditioner] = None,
         descent_check: bool = False,
         shard_gradients: bool = True,
         buffer_dtype: Optional[torch.dtype] = None,

@@ -96,7 +96,7 @@ def test_metric_gram_of_a_real_model_in_chunks(tmp_path, monkeypatch):
 
 
 class FixedMetric:
-    """An OptimizerMetric stand-in: the same diagonal every step."""
+    """An AdamWPreconditioner stand-in: the same diagonal every step."""
 
     def __init__(self, diagonal):
         self._diagonal = diagonal

@@ -25,7 +25,7 @@ def gradients(step: int) -> dict[str, np.ndarray]:
 
 def probe() -> None:
     """Run in a subprocess (a process group and DeepSpeed of its own): for ZeRO 0, 1, 2 and SGD, step a
-    Linear(3, 2) whose loss Σ_θ ⟨θ, C_k⟩ has the known gradient C_k, and print what OptimizerMetric reads."""
+    Linear(3, 2) whose loss Σ_θ ⟨θ, C_k⟩ has the known gradient C_k, and print what AdamWPreconditioner reads."""
     import torch
 
     from mtft.core.distributed import init_distributed
@@ -33,7 +33,7 @@ def probe() -> None:
     init_distributed()
     import deepspeed
 
-    from mtft.training.adamw_preconditioner import OptimizerMetric
+    from mtft.training.adamw_preconditioner import AdamWPreconditioner
 
     out = {}
     for case in ("zero0", "zero1", "zero2", "sgd"):
@@ -55,7 +55,7 @@ def probe() -> None:
             "zero_allow_untested_optimizer": True,
         }
         engine, *_ = deepspeed.initialize(model=layer, optimizer=optimizer, config=config)
-        metric = OptimizerMetric(engine)
+        metric = AdamWPreconditioner(engine)
         params = {"weight": layer.weight, "bias": layer.bias}
         result = {"adaptive": metric.adaptive, "before_first_step": metric.diagonal(list(params.values())) is None}
         for k in range(1, STEPS + 1):
@@ -72,7 +72,7 @@ def probe() -> None:
 
 @pytest.fixture(scope="module")
 def probed() -> dict:
-    command = [sys.executable, "-c", "from tests.unit.training.test_optimizer_metric import probe; probe()"]
+    command = [sys.executable, "-c", "from tests.unit.training.test_adamw_preconditioner import probe; probe()"]
     result = run_process(command, clean_env(OMP_NUM_THREADS="1"), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     line = next(x for x in result.stdout.splitlines() if x.startswith("RESULT "))
