@@ -405,3 +405,18 @@ def test_loading_latest_while_training_rotates_checkpoints_never_fails(tmp_path)
         _, err = training.communicate(timeout=300)
     assert training.returncode == 0, err[-3000:]
     assert loads >= 3 and len(steps) >= 2, (loads, steps)
+
+
+def test_predict_evaluate_and_export_default_to_the_same_checkpoint(trained, tmp_path):
+    """One default for every command (best/ where the run kept one): a default export predicts what a default
+    predict does."""
+    from mtft.api import load_run
+    from mtft.commands.export import export_run
+
+    assert load_run(trained).loaded.checkpoint == trained / "best"
+    export_run(trained, tmp_path / "export")
+    assert json.loads((tmp_path / "export/export.json").read_text())["checkpoint"] == str((trained / "best").resolve())
+    evaluation = tmp_path / "evaluation"
+    assert run_cli("evaluate", "--run", str(trained), "--out", str(evaluation)).returncode == 0
+    best = json.loads((trained / "best/metrics.json").read_text())
+    assert json.loads((evaluation / "metrics.json").read_text())["step"] == best["step"] != 4  # not the newest
