@@ -52,6 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--mask-seed", type=int, default=None, help="seed of the fixed masks (default 0)")
     parser.add_argument("--batch-size", type=int, default=64, help="texts per forward pass (default 64)")
     parser.add_argument("--out", type=Path, default=Path("probe"), help="output folder (default ./probe)")
+    parser.add_argument(
+        "--trust-plugins",
+        action="store_true",
+        help="import plug-in code (module:Class) that a probed run's config names; off: refused, no code imported",
+    )
     return parser
 
 
@@ -80,12 +85,11 @@ def check_args(args: argparse.Namespace) -> list[float]:
         if value is not None and value < least:
             raise ProbeInputError(f"--{key.replace('_', '-')} {value}: must be at least {least}")
     for path in (args.out, *args.out.parents):
-        if path.is_symlink() and path == args.out:
-            raise ProbeInputError(f"--out {args.out} is a symbolic link; mtft does not write through links")
-        if path.exists():
+        if path.exists() and not path.is_symlink():
             if not path.is_dir():
                 raise ProbeInputError(f"--out {args.out}: {path} is a file, not a folder")
             break
+    output_policy(args).check_place(args.out)  # no link at --out, not a checkpoint probed, not inside a run
     if args.out.is_dir():
         for name in ("probe.json", "sensitivity.png"):
             output_policy(args).check_file(args.out / name, overwrite=True)
@@ -228,7 +232,7 @@ def _finetune_checkpoint(folder: Path, args):
             f"--checkpoint {folder}: neither a Hugging Face folder (config.json) nor an mtft "
             "checkpoint (model.safetensors, heads.json, and the run's config.yaml above it)"
         )
-    run = load_run(folder)
+    run = load_run(folder, trust_plugins=args.trust_plugins)
     config = run.config
     backbone, revision = config.model.backbone, config.model.revision
     languages = config.corpus.languages or task_languages(config)

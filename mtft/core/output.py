@@ -65,6 +65,11 @@ class OutputPolicy:
             raise self._refuse(path, f"cannot be written: {error}") from None
         return final
 
+    def check_place(self, path: PathLike) -> Path:
+        """``path`` (a folder to be made or kept, files written into it later) resolved, or one refusal line: no
+        link at the name, not an input, not inside a run."""
+        return self._common(Path(path), folder=True)
+
     @contextlib.contextmanager
     def writing_file(self, path: PathLike, overwrite: bool = False, binary: bool = False) -> Iterator[IO[Any]]:
         """A text (or ``binary``) handle on a private temporary; on success the file appears at ``path`` whole,

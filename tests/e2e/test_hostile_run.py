@@ -4,7 +4,7 @@ not mean. Each case ends in one ``error:`` line (exit 2), runs no code from the 
 half-written, nothing outside the named folders, the user's files byte for byte), through the shared mechanisms:
 the run loader (mtft.training.restore + mtft.models.folders), the output policy (mtft.core.output) and checkpoint
 pinning. The commands × faults are one table; the mechanisms' own tables are tests/unit/core/test_output.py and
-tests/unit/training/test_run_loader.py.
+tests/unit/models/test_folders.py.
 
 One short Multi-LoRA run (4 steps, a checkpoint every 2, best/ kept) serves every case; each damaged case works
 on a copy of it."""
@@ -121,7 +121,10 @@ COMMANDS = {
     "predict": ["predict", "--run", "{run}", "--task", "xnli", "--input", "{tmp}/in.jsonl", "--out", "{tmp}/p.jsonl"],
     "evaluate": ["evaluate", "--run", "{run}", "--out", "{tmp}/evaluation"],
     "export": ["export", "--run", "{run}", "--out", "{tmp}/export"],
+    "probe": ["probe", "--checkpoint", "{run}/best", "--gamma", "0.1", "--out", "{tmp}/probe"],
 }
+# where a command's line differs: probe tells a folder without heads.json from a checkpoint before loading it
+EXPECT = {("heads-missing", "probe"): "neither a Hugging Face folder (config.json) nor an mtft checkpoint"}
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
@@ -142,6 +145,7 @@ def test_a_damaged_or_hostile_run_folder_is_one_line_and_runs_no_code(trained, t
     run = tmp_path / "run"
     shutil.copytree(trained, run)
     damage, expect = DAMAGE[fault]
+    expect = EXPECT.get((fault, command), expect)
     damage(run)
     (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     before = snapshot(tmp_path)
@@ -284,6 +288,13 @@ def outputs_case(tmp: Path, run: Path, case: str) -> tuple[list[str], str]:
         (tmp / "mine").mkdir()
         (tmp / "out").symlink_to(tmp / "mine")
         return ["evaluate", "--run", str(run), "--out", str(tmp / "out")], "is a symbolic link"
+    if case == "probe-out-symlink":
+        (tmp / "mine").mkdir()
+        (tmp / "out").symlink_to(tmp / "mine")
+        return ["probe", "--checkpoint", str(run / "best"), "--gamma", "0.1", "--out", str(tmp / "out")], "symbolic"
+    if case == "probe-out-inside-run":
+        argv = ["probe", "--checkpoint", str(run / "best"), "--gamma", "0.1", "--out", str(run / "probe")]
+        return argv, "is inside the run folder"
     if case == "export-out-is-the-run":
         return ["export", "--run", str(run), "--out", str(run)], "--out"
     if case == "export-out-inside-run-via-link":
@@ -301,6 +312,8 @@ OUTPUT_CASES = [
     "evaluate-out-symlink",
     "export-out-is-the-run",
     "export-out-inside-run-via-link",
+    "probe-out-symlink",
+    "probe-out-inside-run",
 ]
 
 
