@@ -10,6 +10,7 @@ context for extractive QA (``answer_start``, ``answer_end``; null for the empty 
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence, Union
 
@@ -44,15 +45,16 @@ def load_run(
         return TrainedRun(restore_run(Path(run_dir), checkpoint, trust_plugins))
 
 
-def output_policy(run_dir: Union[str, Path], *inputs: Union[str, Path]) -> OutputPolicy:
-    """Where a command that writes from a run (predict, evaluate, export) may write: never inside the run, never
-    over one of its ``inputs`` (:mod:`mtft.core.output`). Checked before the run is read: a folder that is not a
-    run is refused when it loads, in its own line."""
-    try:
-        runs = [find_run_dir(Path(run_dir))[0]]
-    except CheckpointError:
-        runs = []
-    return OutputPolicy("--out", inputs=[run_dir, *inputs], runs=runs)
+def output_policy(*folders: Union[str, Path], inputs: Sequence[Union[str, Path]] = ()) -> OutputPolicy:
+    """Where a command that writes from runs (predict, evaluate, export, probe) may write: never inside the run
+    of any of ``folders`` (run or checkpoint folders it reads), never over one of them or of its ``inputs``
+    (:mod:`mtft.core.output`). Checked before anything is read: a folder that is not a run is refused when it
+    loads, in its own line."""
+    runs = []
+    for folder in folders:
+        with contextlib.suppress(CheckpointError):
+            runs.append(find_run_dir(Path(folder))[0])
+    return OutputPolicy("--out", inputs=[*folders, *inputs], runs=runs)
 
 
 def read_input(

@@ -6,6 +6,7 @@ are imported only when their command runs, so ``run.py --help`` stays fast.
 
 from __future__ import annotations
 
+import argparse
 import importlib
 from types import ModuleType
 
@@ -28,3 +29,12 @@ def run_command(name: str, argv: list[str]) -> int:
     module = command_module(name)
     args = module.build_parser().parse_args(argv)
     return module.main(args)
+
+
+def add_trust_plugins(parser: argparse.ArgumentParser) -> None:
+    """``--trust-plugins``, of every command that reads a run folder (mtft.core.registry.plugin_code)."""
+    parser.add_argument(
+        "--trust-plugins",
+        action="store_true",
+        help="import plug-in code (module:Class) that a run's config names; off: refused, no code imported",
+    )

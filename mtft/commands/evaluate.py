@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from mtft.commands import add_trust_plugins
 from mtft.core.registry import plugin_code
 from mtft.training.restore import CHECKPOINT_HELP, RUN_CONFIG
 
@@ -25,11 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", required=True, type=Path, help="a new (or empty) folder for the evaluation")
     parser.add_argument("--checkpoint", default=None, help=CHECKPOINT_HELP)
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="data.* and evaluation.* overrides")
-    parser.add_argument(
-        "--trust-plugins",
-        action="store_true",
-        help="import plug-in code (module:Class) that the run's config names; off: refused, no code imported",
-    )
+    add_trust_plugins(parser)
     return parser
 
 

@@ -30,6 +30,7 @@ from safetensors.torch import save_file
 
 from mtft.adapters import METHODS, AdapterMethod
 from mtft.api.run import output_policy
+from mtft.commands import add_trust_plugins
 from mtft.core.atomic import write_json
 from mtft.core.distributed import quiet_cpu_accelerator
 from mtft.core.errors import CheckpointError
@@ -55,11 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="LoRA / Multi-LoRA: write each task's encoder with its adapter merged into the weights (a plain "
         "Transformers folder per task) instead of PEFT adapters",
     )
-    parser.add_argument(
-        "--trust-plugins",
-        action="store_true",
-        help="import plug-in code (module:Class) that the run's config names; off: refused, no code imported",
-    )
+    add_trust_plugins(parser)
     return parser
 
 

@@ -20,6 +20,7 @@ import argparse
 import json
 from pathlib import Path
 
+from mtft.commands import add_trust_plugins
 from mtft.config import load_config
 from mtft.config.schema import RunConfig
 from mtft.core.errors import CheckpointError, ConfigError, UserError
@@ -41,11 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint", default=None, help=CHECKPOINT_HELP)
     parser.add_argument("--batch-size", type=int, default=None, help="default: the run's evaluation.batch_size")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument(
-        "--trust-plugins",
-        action="store_true",
-        help="import plug-in code (module:Class) that the run's config names; off: refused, no code imported",
-    )
+    add_trust_plugins(parser)
     return parser
 
 
@@ -60,7 +57,7 @@ def _predict(args: argparse.Namespace) -> int:
     from mtft.api.run import load_run, output_policy, read_input
 
     config = run_config(args.run)  # a folder that is not a run: refused before anything loads
-    policy = output_policy(args.run, args.input)
+    policy = output_policy(args.run, inputs=[args.input])
     policy.check_file(args.out, args.overwrite)
     if args.batch_size is not None and args.batch_size < 1:
         raise ConfigError(f"--batch-size {args.batch_size}: must be at least 1")

@@ -10,17 +10,16 @@ Several checkpoints (e.g. the token budgets of a pre-training run) give one curv
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 from pathlib import Path
 
 import torch
 
+from mtft.api.run import output_policy
+from mtft.commands import add_trust_plugins
 from mtft.core.errors import CheckpointError, UserError
-from mtft.core.output import OutputPolicy
 from mtft.models.folders import folder_tokenizer, refuse_remote_code
-from mtft.training.restore import find_run_dir
 
 
 class ProbeInputError(UserError):
@@ -52,11 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--mask-seed", type=int, default=None, help="seed of the fixed masks (default 0)")
     parser.add_argument("--batch-size", type=int, default=64, help="texts per forward pass (default 64)")
     parser.add_argument("--out", type=Path, default=Path("probe"), help="output folder (default ./probe)")
-    parser.add_argument(
-        "--trust-plugins",
-        action="store_true",
-        help="import plug-in code (module:Class) that a probed run's config names; off: refused, no code imported",
-    )
+    add_trust_plugins(parser)
     return parser
 
 
@@ -89,20 +84,12 @@ def check_args(args: argparse.Namespace) -> list[float]:
             if not path.is_dir():
                 raise ProbeInputError(f"--out {args.out}: {path} is a file, not a folder")
             break
-    output_policy(args).check_place(args.out)  # no link at --out, not a checkpoint probed, not inside a run
+    policy = output_policy(*args.checkpoint)
+    policy.check_place(args.out)  # no link at --out, not a checkpoint probed, not inside a run
     if args.out.is_dir():
         for name in ("probe.json", "sensitivity.png"):
-            output_policy(args).check_file(args.out / name, overwrite=True)
+            policy.check_file(args.out / name, overwrite=True)
     return gammas
-
-
-def output_policy(args: argparse.Namespace) -> OutputPolicy:
-    """probe.json and sensitivity.png: never over a checkpoint probed, never inside a run folder."""
-    runs = []
-    for folder in args.checkpoint:
-        with contextlib.suppress(CheckpointError):
-            runs.append(find_run_dir(folder)[0])
-    return OutputPolicy("--out", inputs=args.checkpoint, runs=runs)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -132,7 +119,7 @@ def main(args: argparse.Namespace) -> int:
                     + ", ".join(f"{lang} {row[f'dlp/{lang}/mean']:.4f}" for lang in result.baseline)
                     + ")"
                 )
-    policy = output_policy(args)
+    policy = output_policy(*args.checkpoint)
     args.out.mkdir(parents=True, exist_ok=True)
     with policy.writing_file(args.out / "probe.json", overwrite=True) as handle:
         handle.write(probe_json(results))

@@ -32,7 +32,7 @@ from mtft.config.schema import RunConfig
 from mtft.core.atomic import is_complete
 from mtft.core.errors import CheckpointError, UserError, shorten
 from mtft.core.registry import plugin_code
-from mtft.models.folders import folder_config, folder_tokenizer, reading, refuse_remote_code
+from mtft.models.folders import folder_config, folder_tokenizer, reading
 from mtft.models.multihead import collapse_stacked_heads
 from mtft.models.multitask import MultiTaskModel
 from mtft.tasks.kinds import build_head
@@ -179,8 +179,7 @@ def _rebuild(root: Path, checkpoint: Path, files: dict[str, IO[bytes]]) -> Loade
     with reading(Path(files["state"].name)):
         objectives = [str(name) for name in _json(files["state"])["objectives"]]
     encoder_dir = root / ENCODER_DIR
-    refuse_remote_code(encoder_dir)
-    encoder_config = folder_config(encoder_dir)
+    encoder_config = folder_config(encoder_dir)  # refuses an auto_map before anything loads
     with reading(encoder_dir / "config.json"):
         encoder = AutoModel.from_config(encoder_config)
     if getattr(encoder, "pooler", None) is not None:
