@@ -317,12 +317,21 @@ class WeightingSection(Section):
         "first order (g_tᵀΔθ < 0 for every t present): T dot products with per-objective gradients, which a "
         "weighting that reads no Gram then computes too (per-objective step, as the Gram weightings').",
     )
-    gradient_buffers: Literal["full", "bfloat16"] = Field(
+    gradient_buffers: Literal["full", "bfloat16", "none", "auto"] = Field(
         "full",
-        description="Precision of the per-objective gradient buffers (T × trainable parameters) of the weightings "
-        "that read them: full = the parameters' (float32 at least); bfloat16 = half the memory and traffic, each "
-        "g_t rounded to bfloat16 (about 3 significant digits), the Gram, combination and dot products still "
-        "accumulated in float32 and float64 (docs/lfmlf.md measures the effect on the Gram).",
+        description="The per-objective gradients of the weightings that read them: full = T × trainable-parameter "
+        "buffers in the parameters' precision (float32 at least); bfloat16 = the same buffers at half the memory and "
+        "traffic, each g_t rounded to bfloat16 (the Gram, combination and dot products still accumulated in float32 "
+        "and float64); none = no buffers: the Gram formed layer by layer from the backward pass and the update "
+        "from the row-scaled output gradients (exact; extra memory independent of T, about one backward pass's "
+        "output gradients); auto = full when the buffers fit in gradient_buffers_budget_gb, else none (the log "
+        "says which and why). docs/lfmlf.md: which to use when.",
+    )
+    gradient_buffers_budget_gb: Optional[float] = Field(
+        None,
+        gt=0,
+        description="For gradient_buffers: auto, the memory the buffers may take per process, in GiB. Null: half "
+        "of the accelerator's free memory once the engine is built (the GPU's; on CPU the host's available memory).",
     )
 
     @field_validator("method")
@@ -422,6 +431,13 @@ class TrainingSection(Section):
     )
     precision: Literal["auto", "fp32", "bf16"] = Field(
         "auto", description="auto: bf16 on a GPU that supports it, fp32 otherwise."
+    )
+    gradient_checkpointing: bool = Field(
+        False,
+        description="Activation (gradient) checkpointing of the encoder's layers (Transformers' "
+        "gradient_checkpointing_enable, non-reentrant): each layer's activations are recomputed in the backward pass "
+        "instead of kept, for every weighting, adapter and ZeRO stage (the per-objective hooks read the recomputed "
+        "inputs). About one more forward pass of time for the activation memory of one layer.",
     )
     deepspeed_config: str = Field(
         "configs/deepspeed/zero0.json",

@@ -137,3 +137,14 @@ class Rule:
             self.layer.per_objective_products(saved, segments, grad, out)
         elif self.builtin is not None:
             self.builtin(self.module, saved, segments, grad, out)
+
+
+def row_sparse_parameters(model: nn.Module) -> set[torch.Tensor]:
+    """The trainable parameters whose per-objective gradients keep their touched rows only (an embedding's, the
+    Multi-LoRA B's): what :class:`~mtft.gradients.PerObjectiveGradients` gives a row-sparse buffer."""
+    out: set[torch.Tensor] = set()
+    for module in model.modules():
+        rule = Rule(module)
+        if rule.supported:
+            out.update(p for p in rule.row_sparse() if p.requires_grad)
+    return out

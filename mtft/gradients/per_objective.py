@@ -45,6 +45,13 @@ class GradientSink(Protocol):
     def accumulated(self, module: nn.Module) -> None: ...
 
 
+class Recorder(Protocol):
+    """Where a layer's backward-pass call goes instead of its per-objective products (the bufferless step's tape,
+    :class:`mtft.gradients.layerwise.LayerwiseGradients`)."""
+
+    def record(self, rule: Rule, saved: Any, segments: Segments, grad: torch.Tensor, dim: int) -> None: ...
+
+
 class PerObjectiveGradients:
     """Accumulates ∂(Σ_{n∈t} loss_n)/∂θ for every objective t and trainable parameter θ of ``model``.
 
@@ -95,6 +102,9 @@ class PerObjectiveGradients:
         self.dtype = dtype or (torch.float64 if first is not None and first.dtype == torch.float64 else torch.float32)
         dtype = self.dtype
         self.sink: Optional[GradientSink] = None
+        # the bufferless step (mtft.gradients.layerwise): the backward pass's layer inputs and output gradients go
+        # to its tape instead of into per-objective products
+        self.recorder: Optional[Recorder] = None
         self.sparse: dict[torch.Tensor, RowSparseBuffer] = {
             p: RowSparseBuffer(p, num_objectives, dtype) for p in self.embeddings
         }
@@ -186,14 +196,17 @@ class PerObjectiveGradients:
             # a leaf so that the backward pass still brings this layer its output gradient.
             output = output.detach().requires_grad_(True)
         segments = _segments(rows)
-        output.register_hook(lambda grad: self._accumulate(rule, saved, segments, grad))
+        output.register_hook(lambda grad: self._accumulate(rule, saved, segments, grad, dim))
         if self.sink is not None:
             self.sink.forwarded(module, output)
         return output
 
     @torch.no_grad()
-    def _accumulate(self, rule: Rule, saved: Any, segments: Segments, grad: torch.Tensor) -> None:
-        """``saved``: what the layer's rule kept of its forward call (for most layers its input)."""
+    def _accumulate(self, rule: Rule, saved: Any, segments: Segments, grad: torch.Tensor, dim: int) -> None:
+        """``saved``: what the layer's rule kept of its forward call (for most layers its input); ``dim``: the
+        dimension of ``grad`` that holds the batch's rows."""
+        if self.recorder is not None:
+            return self.recorder.record(rule, saved, segments, grad, dim)
         rule.products(saved, segments, grad, self)
         if self.sink is not None:
             self.sink.accumulated(rule.module)

@@ -25,9 +25,10 @@ from mtft.data.pipeline import PreparedData, prepare_data
 from mtft.data.sampler import MultiObjectiveSampler, mixing_probabilities
 from mtft.forgetting import build_monitor
 from mtft.forgetting.monitor import Monitor, prepare_forgetting
-from mtft.gradients import full_numel
+from mtft.gradients import full_numel, row_sparse_parameters
 from mtft.reporting.logs import add_file_log, logger
 from mtft.training.adamw_preconditioner import AdamWPreconditioner
+from mtft.training.buffers import BufferChoice, buffer_bytes, choose_buffers
 from mtft.training.engine import finetuning_engine, initialize
 from mtft.training.gram_step import GramWeightedStep
 from mtft.training.pretrain import pretrained_backbone
@@ -150,6 +151,8 @@ def _build_step(config: RunConfig, engine, weighting: Weighting, shared, num_obj
                 f"{cfg.method}: weighting.metric=optimizer with training.optimizer.name="
                 f"{config.training.optimizer.name}, which applies no preconditioner: the Euclidean Gram"
             )
+    choice = _buffer_choice(config, engine, num_objectives, world)
+    logger.info(f"{cfg.method}: per-objective gradients {choice.why}")
     return GramWeightedStep(
         engine,
         weighting,
@@ -160,5 +163,17 @@ def _build_step(config: RunConfig, engine, weighting: Weighting, shared, num_obj
         shared_rows,
         metric=metric,
         descent_check=cfg.descent_check,
-        buffer_dtype=torch.bfloat16 if cfg.gradient_buffers == "bfloat16" else None,
+        buffer_dtype=torch.bfloat16 if choice.mode == "bfloat16" else None,
+        bufferless=choice.mode == "none",
     )
+
+
+def _buffer_choice(config: RunConfig, engine, num_objectives: int, world: int) -> BufferChoice:
+    """``weighting.gradient_buffers`` (``auto`` resolved against the memory budget)."""
+    trainable = [p for p in engine.module.parameters() if p.requires_grad]
+    training = config.training
+    tokens = training.micro_batch_size * config.data.max_length * training.gradient_accumulation_steps
+    cfg = config.weighting
+    element = 2 if cfg.gradient_buffers == "bfloat16" else 4
+    needed = buffer_bytes(trainable, row_sparse_parameters(engine.module), num_objectives, world, tokens, element)
+    return choose_buffers(cfg.gradient_buffers, needed, cfg.gradient_buffers_budget_gb, engine.device, num_objectives)

@@ -57,7 +57,7 @@ import torch
 
 from mtft.core.distributed import all_reduce_sum
 from mtft.core.errors import Diverged
-from mtft.gradients import PerObjectiveGradients, ShardedGradients
+from mtft.gradients import LayerwiseGradients, PerObjectiveGradients, ShardedGradients
 from mtft.pareto import SolverInputError
 from mtft.reporting.logs import logger
 from mtft.training.adamw_preconditioner import AdamWPreconditioner
@@ -79,22 +79,27 @@ class GramWeightedStep:
         descent_check: bool = False,
         shard_gradients: bool = True,
         buffer_dtype: Optional[torch.dtype] = None,
+        bufferless: bool = False,
     ):
         """``shared``: the parameters of the Gram (None for a weighting that reads none); ``metric``: form the
         Gram in the optimizer's metric; ``descent_check``: measure g_tᵀΔθ of the applied update;
         ``shard_gradients``: on several ranks, reduce-scatter the per-objective gradients (the default) rather
         than all-reduce them whole (kept to measure the two against each other: bench/sharded_gram.py);
-        ``buffer_dtype``: of the per-objective gradient buffers (None: the parameters', float32 at least)."""
+        ``buffer_dtype``: of the per-objective gradient buffers (None: the parameters', float32 at least);
+        ``bufferless``: no T × P buffers -- the Gram and the update formed layer by layer from a tape of the backward
+        pass (:mod:`mtft.gradients.layerwise`; ``weighting.gradient_buffers: none``)."""
         self.engine = engine
         self.weighting = weighting
         self.num_objectives = num_objectives
         self.world_size = world_size
         self.module = engine.module
-        sharding = world_size > 1 and shard_gradients
+        sharding = world_size > 1 and shard_gradients and not bufferless
         self.collector = PerObjectiveGradients(
-            self.module, num_objectives, dtype=buffer_dtype, dense_in_buffer=not sharding
+            self.module, num_objectives, dtype=buffer_dtype, dense_in_buffer=not (sharding or bufferless)
         ).attach()
-        self.sharded = ShardedGradients(self.collector, torch.distributed.get_rank(), world_size) if sharding else None
+        rank = torch.distributed.get_rank() if world_size > 1 else 0
+        self.sharded = ShardedGradients(self.collector, rank, world_size) if sharding else None
+        self.layerwise = LayerwiseGradients(self.collector, rank, world_size) if bufferless else None
         self.shared = shared
         self.shared_rows = shared_rows
         self.cosine_every = cosine_every
@@ -117,6 +122,8 @@ class GramWeightedStep:
         self.collector.zero()
         if self.sharded is not None:
             self.sharded.zero()
+        if self.layerwise is not None:
+            self.layerwise.zero()
         sums = torch.zeros(self.num_objectives, dtype=torch.float64)
         counts = torch.zeros(self.num_objectives, dtype=torch.float64)
         examples = 0
@@ -134,16 +141,9 @@ class GramWeightedStep:
             examples += batch["input_ids"].shape[0] * self.world_size
         backward_seconds = time.perf_counter() - start
 
-        self.collector.finalize()
         counts, sums = all_reduce_sum(counts), all_reduce_sum(sums)
         present = counts > 0
-        gradients: PerObjectiveGradients | ShardedGradients = self.collector
-        if self.world_size > 1:
-            self.collector.reduce_row_sparse()
-        if self.sharded is not None:
-            gradients = self.sharded
-        elif self.world_size > 1:
-            torch.distributed.all_reduce(self.collector.flat)
+        gradients = self._reduced()
         # The buffers hold gradients of the loss *sums*; g_t = that / count_t. The scale is folded into the
         # Gram (D G D) and the combination weights instead of a pass over the T × P buffers.
         scale = torch.where(present, 1.0 / counts.clamp(min=1), 0.0)
@@ -185,6 +185,8 @@ class GramWeightedStep:
             surrogate = sum((p * combined[p].to(p.dtype)).sum() for p in combined)
             self.engine.backward(surrogate)
         del combined
+        if self.layerwise is not None and before is None:
+            self.layerwise.zero()  # the tape's last use (the descent check reads it after the step)
         self.engine.step()
         self.steps += 1
         extras.update(self.weighting.state())
@@ -194,6 +196,8 @@ class GramWeightedStep:
                 first_order = gradients.dot({p: p.detach() - value for p, value in before.items()}) * scale
             first_order[~present] = torch.nan
             extras.update(_descent_summary(first_order[present]))
+        if self.layerwise is not None:
+            self.layerwise.zero()
         if sub is not None and gram is not None:
             extras.update(_gram_summary(sub, np.asarray(w, dtype=np.float64)))
             if self.cosine_every and self.steps % self.cosine_every == 0:
@@ -203,6 +207,19 @@ class GramWeightedStep:
         return StepResult(
             losses, counts, weights, loss, examples, extras, first_order, weighting_row=True, cosines=cosines
         )
+
+    def _reduced(self) -> PerObjectiveGradients | ShardedGradients | LayerwiseGradients:
+        """After the step's backward passes: the per-objective gradients of the global batch, ready to read."""
+        if self.layerwise is not None:  # reduced layer by layer as they are read
+            return self.layerwise
+        self.collector.finalize()
+        if self.world_size > 1:
+            self.collector.reduce_row_sparse()
+        if self.sharded is not None:
+            return self.sharded
+        if self.world_size > 1:
+            torch.distributed.all_reduce(self.collector.flat)
+        return self.collector
 
     def _forward(self, batch: dict[str, torch.Tensor]):
         """The model's per-objective loss sums and counts, with no ordinary weight gradient in the graph: on

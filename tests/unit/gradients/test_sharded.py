@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from mtft.core.rows import labelled_rows
-from mtft.gradients import PerObjectiveGradients, ShardedGradients
+from mtft.gradients import LayerwiseGradients, PerObjectiveGradients, ShardedGradients
 from tests.launch import run_ranks
 
 OBJECTIVES = 4  # the last is absent from every rank's rows: its shard stays zero
@@ -172,6 +172,42 @@ def _check_rank(rank: int, dtype: torch.dtype) -> None:
         _assert_same_on_every_rank(got)
     expected_dots = reference.dot({reference_of[p]: v for p, v in vectors.items()})
     torch.testing.assert_close(sharded.dot(vectors), expected_dots, rtol=close, atol=close * expected_dots.abs().max())
+    if dtype == torch.float32:
+        _check_layerwise(rank, reference, cases, on_reference, weights, vectors, reference_of)
+
+
+def _check_layerwise(rank, reference, cases, on_reference, weights, vectors, reference_of) -> None:
+    """The bufferless path (weighting.gradient_buffers: none) on the same ranks and micro-batches: each layer's
+    products formed from the tape after the backward passes, reduce-scattered, its partial Gram added; the same
+    answers, identical on both ranks; what it hands the engine averages to the combination."""
+    torch.manual_seed(0)
+    model = Toy()
+    collector = PerObjectiveGradients(model, OBJECTIVES, dense_in_buffer=False).attach()
+    layerwise = LayerwiseGradients(collector, rank, WORLD)
+    _backward_passes(model, collector, rank)
+    mine = dict(zip(reference_of, model.parameters()))  # the sharded model's parameters -> this model's
+    for params, only_rows, metric in cases.values():
+        case = (
+            [mine[p] for p in params],
+            None if only_rows is None else {mine[p]: r for p, r in only_rows.items()},
+            None if metric is None else {mine[p]: m for p, m in metric.items()},
+        )
+        got, expected = layerwise.gram(*case), reference.gram(*on_reference((params, only_rows, metric)))
+        scale = expected.abs().max().item()
+        torch.testing.assert_close(got, expected, rtol=2e-6, atol=1e-9 * scale)
+        _assert_same_on_every_rank(got)
+    expected_combined = reference.combine(weights)
+    contribution = layerwise.contribution(weights)
+    for p, q in mine.items():
+        averaged = contribution[q].clone()
+        torch.distributed.all_reduce(averaged)
+        expected = expected_combined[reference_of[p]]
+        atol = 1e-6 * max(expected.abs().max().item(), 1e-1)
+        torch.testing.assert_close(averaged / WORLD, expected, rtol=1e-6, atol=atol)
+    expected_dots = reference.dot({reference_of[p]: v for p, v in vectors.items()})
+    dots = layerwise.dot({mine[p]: v for p, v in vectors.items()})
+    torch.testing.assert_close(dots, expected_dots, rtol=1e-6, atol=1e-6 * expected_dots.abs().max())
+    _assert_same_on_every_rank(dots)
 
 
 def _assert_same_on_every_rank(tensor: torch.Tensor) -> None:

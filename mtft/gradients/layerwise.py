@@ -1,0 +1,289 @@
+"""The exact LF-MLF step without per-objective gradient buffers: the Gram and the update layer by layer.
+
+A Gram-based step needs G_ts = g_tᵀg_s and then Σ_t w_t g_t. The buffered path
+(:class:`~mtft.gradients.PerObjectiveGradients`) stores every g_t, T × P floats -- 16 GB for XLM-R base at T = 48
+(float32, non-embedding weights), 58 GB for XLM-R large. Neither quantity needs them all at once:
+
+* A Gram is a sum over coordinates, G = Σ_layers G^(layer). So each layer's per-objective products (T × P_layer)
+  are formed from what the backward pass gave it, reduced over the ranks, added into G and freed.
+* The update is linear in the output gradient. The layers never mix examples (:mod:`mtft.gradients.per_objective`),
+  so the gradient of Σ_t a_t sum_t with respect to a layer's output at row n is a_{t(n)} δ_n, and Σ_t a_t g_t for
+  a layer is the ordinary product of its input and its *row-scaled* output gradient -- one matrix product per layer,
+  what a plain step's weight gradient costs, with a_t = w_t / count_t.
+
+What this needs from the backward pass is each trainable layer's input x and output gradient δ (for a Linear, the
+(tokens × in) and (tokens × out) matrices its own weight gradient is built from), kept in a *tape* until the
+update is written: memory of the order of the activations, independent of T. Three passes over the tape replace
+the buffers: the Gram (T × P_layer products per layer, each freed at once), the combination (one product per
+layer), and, only with ``weighting.descent_check``, the dot products g_tᵀΔθ (the T products again). A second
+backward pass of Σ_t w_t L_t (TorchJD's autogram, Quinton & Rey, 2024, Section 6) would propagate the output
+gradients through the network again; scaling the recorded ones avoids that pass (bench/lfmlf_step.py measures both).
+
+Several micro-batches per step: a layer's products are summed over every micro-batch's records before they enter
+the Gram, so the cross terms between micro-batches are exact (the tape then holds every micro-batch's layer inputs
+and output gradients: the memory of the step's whole batch). Several ranks: a layer's dense products are
+reduce-scattered (rank r keeps 1/N of the columns of every objective), each rank adds its columns' part of the Gram,
+and the T × T partials are all-reduced once, as :class:`~mtft.gradients.ShardedGradients` does; row-sparse weights
+(embedding tables, Multi-LoRA B's) are all-reduced over the union of the ranks' touched rows. Every rank walks the
+same layers in the same order (the registration order: a layer with no rows on this rank contributes zeros), so
+the collectives agree. Each rank combines its own rows; the engine's averaging of N × that over the ranks is the
+combination of the global batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Collection, Iterator, Optional, Sequence, cast
+
+import torch
+from torch import nn
+
+from mtft.core.distributed import reduce_scatter
+from mtft.gradients.layers import Rule, Segments
+from mtft.gradients.per_objective import PerObjectiveGradients, gram_of_blocks, matvec
+from mtft.gradients.row_sparse import RowSparseBuffer
+from mtft.gradients.shapes import full_shape
+
+
+@dataclass
+class _Record:
+    """What one call of a layer left for the step: its rule's saved input, the rows' objectives, the gradient of its
+    output and the dimension of the output that holds the rows."""
+
+    rule: Rule
+    saved: Any
+    segments: Segments
+    grad: torch.Tensor
+    dim: int
+
+
+class LayerProducts:
+    """The per-objective products of one layer's parameters (the :class:`~mtft.gradients.layers.Products` a rule
+    writes through), for ``num_objectives`` objectives: dense (T, *shape) tensors, row-sparse ones by touched row.
+    ``keep``: the parameters to compute (others are skipped by the rules)."""
+
+    def __init__(
+        self, keep: Sequence[torch.Tensor], sparse: set[torch.Tensor], num_objectives: int, dtype: torch.dtype
+    ):
+        self.dtype = dtype
+        self.num_objectives = num_objectives
+        self.params = list(keep)  # in the layer's own order
+        self.keep = set(keep)
+        self.dense: dict[torch.Tensor, torch.Tensor] = {}
+        self.sparse: dict[torch.Tensor, RowSparseBuffer] = {
+            p: RowSparseBuffer(p, num_objectives, dtype) for p in keep if p in sparse
+        }
+        self._written: set[tuple[torch.Tensor, int]] = set()
+
+    def trains(self, param: torch.Tensor) -> bool:
+        return param in self.keep
+
+    def rows(self, param: torch.Tensor) -> RowSparseBuffer:
+        return self.sparse[param]
+
+    def _target(self, param: torch.Tensor, t: int) -> tuple[torch.Tensor, bool]:
+        buffer = self.dense.get(param)
+        if buffer is None:
+            buffer = self.dense[param] = torch.zeros(
+                self.num_objectives, *full_shape(param), dtype=self.dtype, device=param.device
+            )
+        first = (param, t) not in self._written
+        self._written.add((param, t))
+        return buffer[t], first
+
+    def write(self, param: torch.Tensor, t: int, value: torch.Tensor) -> None:
+        target, first = self._target(param, t)
+        value = value.reshape(target.shape).to(target.dtype)
+        target.copy_(value) if first else target.add_(value)
+
+    def write_product(self, param: torch.Tensor, t: int, a: torch.Tensor, b: torch.Tensor) -> None:
+        if a.dtype != self.dtype:
+            return self.write(param, t, a @ b)
+        target, first = self._target(param, t)
+        if first:
+            torch.mm(a, b, out=target)
+        else:
+            target.addmm_(a, b)
+
+    def of(self, param: torch.Tensor) -> torch.Tensor:
+        """(T, *shape) products of a dense parameter (zeros where nothing was written)."""
+        if param not in self.dense:
+            self._target(param, 0)
+            self._written.discard((param, 0))
+        return self.dense[param]
+
+
+class LayerwiseGradients:
+    """Per-objective Gram, combination and dot products formed layer by layer from a tape of the backward pass
+    (module docstring): the answers of :class:`~mtft.gradients.PerObjectiveGradients` after the reduction, to
+    round-off, without its T × P buffers. Attach to a collector built with ``dense_in_buffer=False``."""
+
+    def __init__(self, collector: PerObjectiveGradients, rank: int = 0, world_size: int = 1):
+        if collector.width:
+            raise ValueError("LayerwiseGradients needs a PerObjectiveGradients built with dense_in_buffer=False")
+        self.collector = collector
+        self.num_objectives = collector.num_objectives
+        self.rank, self.world_size = rank, world_size
+        self.tape: dict[nn.Module, list[_Record]] = {}
+        self.peak_layer_bytes = 0  # the largest layer's products held at once, since construction
+        collector.recorder = self
+
+    # -- the backward pass ------------------------------------------------------------------------------
+    def zero(self) -> None:
+        """Start a new step: forget the tape (its tensors are freed)."""
+        self.tape = {}
+
+    def record(self, rule: Rule, saved: Any, segments: Segments, grad: torch.Tensor, dim: int) -> None:
+        self.tape.setdefault(rule.module, []).append(_Record(rule, saved, segments, grad, dim))
+
+    @property
+    def tape_bytes(self) -> int:
+        """Memory the tape holds beyond the layers' inputs: the recorded output gradients."""
+        return sum(r.grad.numel() * r.grad.element_size() for records in self.tape.values() for r in records)
+
+    # -- the passes over the tape ---------------------------------------------------------------------------
+    def _products(self, keep: Collection[torch.Tensor]) -> Iterator[tuple[nn.Module, LayerProducts]]:
+        """Every layer's per-objective products of its parameters in ``keep``, summed over the step's records, one
+        layer at a time (in registration order on every rank; a layer this rank did not run yields zeros)."""
+        for module in self.collector.modules:
+            params = [p for p in module.parameters(recurse=False) if p in self.collector.names and p in keep]
+            if not params:
+                continue
+            out = LayerProducts(params, set(self.collector.sparse), self.num_objectives, self.collector.dtype)
+            for record in self.tape.get(module, []):
+                record.rule.products(record.saved, record.segments, record.grad, out)
+            held = sum(b.numel() * b.element_size() for b in out.dense.values())
+            held += sum(b.nbytes for b in out.sparse.values())
+            self.peak_layer_bytes = max(self.peak_layer_bytes, held)
+            yield module, out
+
+    def gram(
+        self,
+        params: list[nn.Parameter],
+        only_rows: Optional[dict[nn.Parameter, torch.Tensor]] = None,
+        metric: Optional[dict[torch.Tensor, torch.Tensor]] = None,
+    ) -> torch.Tensor:
+        """G_ts = g_tᵀ g_s (or g_tᵀ P g_s) over ``params``, as :meth:`PerObjectiveGradients.gram`, of the global
+        batch's gradients (sums of the ranks'): each layer's dense products reduce-scattered and this rank's columns
+        added into a partial Gram, all-reduced at the end; row-sparse weights over the union of touched rows."""
+        shared = set(params)
+        partial = torch.zeros(self.num_objectives, self.num_objectives, dtype=torch.float64)
+        whole = torch.zeros_like(partial)  # the row-sparse weights': the same on every rank
+        for _, products in self._products(shared):
+            dense = [p for p in products.params if p not in products.sparse]
+            if dense:
+                partial += self._dense_gram(products, dense, metric)
+            for p, buffer in products.sparse.items():
+                rows = self._reduced_rows(buffer)
+                keep = None if only_rows is None else only_rows.get(cast(nn.Parameter, p))
+                if keep is not None:
+                    rows = rows[torch.isin(rows, keep.to(rows.device))]
+                whole += gram_of_blocks(
+                    [(buffer.block(rows), None if metric is None else metric[p][rows])], self.num_objectives
+                )
+            del products
+        if self.world_size > 1:
+            torch.distributed.all_reduce(partial)
+        return partial + whole
+
+    def _dense_gram(
+        self, products: LayerProducts, dense: list[torch.Tensor], metric: Optional[dict[torch.Tensor, torch.Tensor]]
+    ) -> torch.Tensor:
+        blocks = [products.of(p).reshape(self.num_objectives, -1) for p in dense]
+        diagonals = None if metric is None else [metric[p].reshape(-1) for p in dense]
+        if self.world_size == 1:
+            pairs = [(b, None if diagonals is None else diagonals[i]) for i, b in enumerate(blocks)]
+            return gram_of_blocks(pairs, self.num_objectives)
+        row = torch.cat(blocks, dim=1)
+        size = row.shape[1]
+        part = -(-size // self.world_size)
+        padded = torch.zeros(self.num_objectives, self.world_size * part, dtype=row.dtype, device=row.device)
+        padded[:, :size] = row
+        del row, blocks
+        send = padded.view(self.num_objectives, self.world_size, part).transpose(0, 1).contiguous()
+        del padded
+        received = torch.empty(self.num_objectives, part, dtype=send.dtype, device=send.device)
+        reduce_scatter(received.view(-1), send.view(-1))
+        del send
+        diagonal = None
+        if diagonals is not None:
+            full = torch.zeros(self.world_size * part, dtype=diagonals[0].dtype, device=received.device)
+            full[:size] = torch.cat([d.to(received.device) for d in diagonals])
+            diagonal = full[self.rank * part : (self.rank + 1) * part]
+        return gram_of_blocks([(received, diagonal)], self.num_objectives)
+
+    def _reduced_rows(self, buffer: RowSparseBuffer) -> torch.Tensor:
+        """The touched rows of a row-sparse buffer, its blocks summed over the ranks (over the union of their rows)."""
+        if self.world_size > 1:
+            union = torch.zeros(buffer.shape[0], dtype=torch.float32, device=buffer.store.device)
+            union[buffer.rows] = 1
+            torch.distributed.all_reduce(union)
+            buffer.slots(union.nonzero(as_tuple=True)[0])
+            rows = buffer.touched()
+            if len(rows):
+                block = buffer.block(rows).contiguous()
+                torch.distributed.all_reduce(block)
+                buffer.write(rows, block)
+            return rows
+        return buffer.touched()
+
+    def contribution(self, weights: torch.Tensor) -> dict[torch.Tensor, torch.Tensor]:
+        """What this rank hands the engine for Σ_t weights_t g_t (``weights`` may fold in 1/count_t): every layer's
+        product of its input with the row-scaled output gradient, over this rank's rows, × N -- the engine averages
+        over the ranks, so the average is the global combination. Every trainable parameter gets a tensor (zeros
+        where no row of this rank reached it)."""
+        weights = weights.to(self.collector.dtype)
+        out: dict[torch.Tensor, torch.Tensor] = {}
+        for module in self.collector.modules:
+            params = [p for p in module.parameters(recurse=False) if p in self.collector.names]
+            products = LayerProducts(params, set(self.collector.sparse), 1, self.collector.dtype)
+            for record in self.tape.get(module, []):
+                grad = _scaled(record, weights)
+                everyone = [(0, slice(0, grad.shape[record.dim]))]
+                record.rule.products(record.saved, everyone, grad, products)
+            for p in params:
+                if p in products.sparse:
+                    value = products.sparse[p].full()[0]
+                else:
+                    value = products.of(p)[0]
+                out[p] = value * self.world_size if self.world_size > 1 else value
+        return out
+
+    def combine(self, weights: torch.Tensor) -> dict[torch.Tensor, torch.Tensor]:
+        """Σ_t weights_t g_t of the global batch on every rank (the engine's averaging of :meth:`contribution`, done
+        here: for tests and tools, not the step)."""
+        out = self.contribution(weights)
+        if self.world_size > 1:
+            for value in out.values():
+                torch.distributed.all_reduce(value)
+                value.div_(self.world_size)
+        return out
+
+    def dot(self, vectors: dict[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """(g_tᵀ v)_t in float64 for a vector given per parameter, as :meth:`PerObjectiveGradients.dot`: the
+        products formed again layer by layer, this rank's rows, summed over the ranks (the dot is linear)."""
+        out = torch.zeros(self.num_objectives, dtype=torch.float64)
+        for _, products in self._products(set(vectors)):
+            for p in products.params:
+                v = vectors[p].to(products.dtype)
+                if p in products.sparse:
+                    buffer = products.sparse[p]
+                    rows = buffer.touched()
+                    block, v = buffer.block(rows), v.to(buffer.store.device)[rows]
+                else:
+                    block = products.of(p)
+                out += matvec(block.reshape(self.num_objectives, -1), v.reshape(-1).to(block.device))
+        if self.world_size > 1:
+            torch.distributed.all_reduce(out)
+        return out
+
+
+def _scaled(record: _Record, weights: torch.Tensor) -> torch.Tensor:
+    """The record's output gradient with row n scaled by weights[t(n)]: the output gradient of Σ_t w_t sum_t."""
+    rows = record.grad.shape[record.dim]
+    scale = torch.zeros(rows, dtype=weights.dtype, device=record.grad.device)
+    for t, selection in record.segments:
+        scale[selection] = weights[t].to(scale.device)
+    shape = [1] * record.grad.dim()
+    shape[record.dim] = rows
+    return record.grad * scale.view(shape).to(record.grad.dtype)

@@ -1,0 +1,82 @@
+"""``weighting.gradient_buffers: auto``: the buffered Gram step when its buffers fit, the bufferless one otherwise.
+
+The buffered step (:class:`~mtft.gradients.PerObjectiveGradients`) holds T × P floats (P the trainable dense
+parameters; 1/N of them per rank when the ranks shard them) plus T × (touched rows) of the row-sparse weights, and is
+the faster when they fit; the bufferless step (:mod:`mtft.gradients.layerwise`) holds none of them, and costs one
+more product per layer. The choice compares the buffers' bytes with a budget: ``gradient_buffers_budget_gb``, or
+half of the memory free once the engine is built -- the GPU's (``torch.cuda.mem_get_info``), on CPU the host's
+available memory -- leaving the other half to activations, the tape and the update.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from mtft.gradients import full_numel
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class BufferChoice:
+    mode: str  # "full", "bfloat16" or "none"
+    why: str  # one sentence for the log
+
+
+def buffer_bytes(
+    trainable: list[torch.Tensor],
+    row_sparse: set[torch.Tensor],
+    num_objectives: int,
+    world_size: int,
+    tokens_per_step: int,
+    element_size: int = 4,
+) -> int:
+    """The buffered step's per-objective buffers on one process: T × the dense parameters (÷ N: sharded over the
+    ranks) and T × the rows a step can touch of each row-sparse weight (at most its tokens) × the row's size."""
+    dense = sum(full_numel(p) for p in trainable if p not in row_sparse)
+    sparse = 0
+    for p in row_sparse:
+        rows = p.shape[0] if p.dim() else 1
+        per_row = full_numel(p) // max(rows, 1)
+        sparse += min(rows, tokens_per_step) * per_row
+    return num_objectives * (dense // max(world_size, 1) + sparse) * element_size
+
+
+def free_memory(device: torch.device) -> tuple[int, str]:
+    """Bytes free for the step and where that figure comes from."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return free, f"the free memory of {torch.cuda.get_device_name(device)}"
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024, "the host's available memory"
+    except OSError:
+        pass
+    return 0, "no memory figure on this host"
+
+
+def choose_buffers(
+    setting: str, needed: int, budget_gb: Optional[float], device: torch.device, num_objectives: int
+) -> BufferChoice:
+    """The buffer mode of ``weighting.gradient_buffers`` (``auto`` resolved against the budget)."""
+    size = f"{_bytes(needed)} of per-objective buffers at T = {num_objectives}"
+    if setting != "auto":
+        kind = "bufferless, layer by layer" if setting == "none" else f"buffered ({size})"
+        return BufferChoice(setting, f"{kind}: weighting.gradient_buffers={setting}")
+    if budget_gb is not None:
+        budget, source = int(budget_gb * GIB), f"weighting.gradient_buffers_budget_gb={budget_gb:g}"
+    else:
+        free, where = free_memory(device)
+        budget, source = free // 2, f"half of {where}"
+    if needed <= budget:
+        return BufferChoice("full", f"buffered: auto ({size} fit in the budget of {_bytes(budget)}, {source})")
+    return BufferChoice("none", f"bufferless: auto ({size} exceed the budget of {_bytes(budget)}, {source})")
+
+
+def _bytes(size: int) -> str:
+    return f"{size / GIB:.2f} GiB" if size >= GIB else f"{size / 2**20:.1f} MiB"
