@@ -1,22 +1,30 @@
-"""Step time and peak memory of the LF-MLF step against the plain mean-loss step (same model, same batch).
+"""Step time and peak memory of the Gram steps against the plain mean-loss step (same model, same batch).
 
-    python bench/lfmlf_step.py                       # T = 2, 8, 15, 48; prints a Markdown table
-    python bench/lfmlf_step.py --objectives 15 --steps 10
+    python bench/lfmlf_step.py                       # T = 2, 8, 15, 48, 100; prints Markdown tables
+    python bench/lfmlf_step.py --objectives 15 48 --steps 10
+    python bench/lfmlf_step.py --bytes               # the bytes table by formula only (XLM-R base and large)
 
-Three steps per T, measured side by side (interleaved, medians over --steps repetitions) in one process on one
-DeepSpeed engine (ZeRO 0, AdamW):
-  plain  the mean of the per-objective losses, one backward             (mtft.training.step.LossWeightedStep)
-  lfmlf  per-objective gradients by hooks, Gram, exact min-norm solve, one surrogate backward (GramWeightedStep)
-  naive  T separate torch.autograd.grad calls for the per-objective gradients, then the same Gram/solve/update
-Peak memory is how far the resident set of a fresh process rises above its level before the steps while it
-runs only one kind of step (sampled every millisecond; CPU has no allocator counter as a GPU has), reported as
-a ratio to the plain step's. It includes what the steps keep between steps: the optimizer state (alike for
-all kinds) and LF-MLF's per-objective gradient buffers, T × (trainable parameters) floats.
+Five steps per T, measured side by side (interleaved, medians over --steps repetitions) in one process on one
+DeepSpeed engine (ZeRO 0, AdamW), every one ending in the engine's step:
+  plain       the mean of the per-objective losses, one backward             (mtft.training.step.LossWeightedStep)
+  buffered    per-objective gradients by hooks into T × P buffers, Gram, exact min-norm solve, one surrogate
+              backward (GramWeightedStep; weighting.gradient_buffers: full)
+  bufferless  the same step without the buffers: the Gram layer by layer from the backward pass's tape, the
+              update from the row-scaled output gradients (weighting.gradient_buffers: none)
+  autogram    TorchJD's autogram engine (torchjd.autogram.Engine, batch_dim=0): the per-example Gramian of the
+              same encoder and head, reduced to the T × T Gram of the objectives' mean losses (M G Mᵀ), the same
+              exact min-norm weights, then a backward pass of the weighted losses (Quinton & Rey, 2024, Section 6)
+  naive       T separate torch.autograd.grad calls for the per-objective gradients, then the same Gram/solve/update
+Peak memory is how far the resident set of a fresh process rises above its level just before the steps (the model
+and the engine already built) while it runs only one kind of step (sampled every millisecond; CPU has no allocator
+counter as a GPU has). It includes what the steps keep between steps: the optimizer state (alike for all kinds) and
+the buffered step's T × P per-objective buffers.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import statistics
@@ -33,6 +41,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from transformers import AutoModel, XLMRobertaConfig  # noqa: E402
 
+from mtft.core.rows import labelled_rows  # noqa: E402
 from mtft.models.heads import SequenceClassificationHead  # noqa: E402
 from mtft.models.multitask import MultiTaskModel  # noqa: E402
 from mtft.training.gram_step import GramWeightedStep  # noqa: E402
@@ -98,6 +107,47 @@ class NaiveStep(GramWeightedStep):
         return StepResult(sums.detach(), counts.detach(), w, 0.0, batch["input_ids"].shape[0])
 
 
+class PerExampleLosses(torch.nn.Module):
+    """The same encoder and head, returning every example's loss: what TorchJD's autogram differentiates."""
+
+    def __init__(self, model: MultiTaskModel):
+        super().__init__()
+        self.encoder, self.head = model.encoder, model.heads["nli"]
+
+    def forward(self, input_ids, attention_mask, labels, objective_index):
+        with labelled_rows(objective=objective_index, task=torch.zeros_like(objective_index)):
+            hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            return self.head(hidden, labels, attention_mask=attention_mask).loss_sum
+
+
+class AutogramStep:
+    """TorchJD autogram: Gramian of the per-example losses, the objectives' Gram M G Mᵀ (M_tn = 1/count_t for the
+    examples n of objective t), the exact min-norm weights, then the weighted losses' backward through the engine."""
+
+    def __init__(self, engine, num_objectives: int):
+        from torchjd.autogram import Engine
+
+        self.engine, self.num_objectives = engine, num_objectives
+        self.losses = PerExampleLosses(engine.module)
+        self.gramian = Engine(self.losses.encoder, self.losses.head, batch_dim=0)
+        self.weighting = build_weighting("lfmlf")
+
+    def __call__(self, micro_batches) -> StepResult:
+        (batch,) = list(micro_batches)
+        objectives = batch["objective_index"]
+        losses = self.losses(batch["input_ids"], batch["attention_mask"], batch["labels"], objectives)
+        gramian = self.gramian.compute_gramian(losses)
+        counts = torch.bincount(objectives, minlength=self.num_objectives).to(losses.dtype)
+        membership = torch.nn.functional.one_hot(objectives, self.num_objectives).t().to(losses.dtype)
+        membership = membership / counts.clamp(min=1)[:, None]
+        gram = membership @ gramian.to(losses.dtype) @ membership.t()
+        w = torch.as_tensor(self.weighting(np.zeros(self.num_objectives), gram.double().numpy()), dtype=losses.dtype)
+        per_example = (w / counts.clamp(min=1))[objectives]
+        self.engine.backward((losses * per_example).sum())
+        self.engine.step()
+        return StepResult(losses.detach(), counts, w.double(), 0.0, batch["input_ids"].shape[0])
+
+
 def engine_for(model, lr=1e-5):
     import deepspeed
 
@@ -122,19 +172,29 @@ def engine_for(model, lr=1e-5):
     return engine
 
 
+KINDS = ("plain", "buffered", "bufferless", "autogram", "naive")
+
+
 def make_step(kind: str, engine, num_objectives: int):
     params = [p for p in engine.module.parameters() if p.requires_grad]
     if kind == "plain":
         return LossWeightedStep(engine, MeanWeighting(), num_objectives, 1)
-    cls = GramWeightedStep if kind == "lfmlf" else NaiveStep
-    return cls(engine, build_weighting("lfmlf"), num_objectives, 1, shared=params)
+    if kind == "autogram":
+        return AutogramStep(engine, num_objectives)
+    if kind == "naive":
+        return NaiveStep(engine, build_weighting("lfmlf"), num_objectives, 1, shared=params)
+    bufferless = kind == "bufferless"
+    return GramWeightedStep(engine, build_weighting("lfmlf"), num_objectives, 1, shared=params, bufferless=bufferless)
 
 
 def time_steps(args) -> dict[str, float]:
     model = build(args.objectives, args.hidden, args.layers)
-    engine = engine_for(model)
+    # TorchJD's engine hooks every forward call of the modules it is given, so autogram gets a copy of its own
+    twin = copy.deepcopy(model)
+    engine, twin_engine = engine_for(model), engine_for(twin)
     batch = make_batch(args.objectives, args.batch, args.length)
-    steps = {kind: make_step(kind, engine, args.objectives) for kind in ("plain", "lfmlf", "naive")}
+    kinds = [k for k in KINDS if k != "naive" or args.objectives <= args.naive_up_to]
+    steps = {kind: make_step(kind, twin_engine if kind == "autogram" else engine, args.objectives) for kind in kinds}
     times: dict[str, list[float]] = {kind: [] for kind in steps}
     for repeat in range(args.steps + 1):
         for kind, step in steps.items():  # interleaved, so that machine noise hits every kind alike
@@ -206,45 +266,81 @@ def memory_child(args) -> None:
     print(json.dumps({"peak_growth_mib": peak[0] - base}))
 
 
+def bytes_table(objectives: int = 48) -> None:
+    """What the step holds beyond the model, by formula, for XLM-R base and large on one GPU (float32 gradients,
+    bf16 activations), per micro-batch of 32 sequences of 128 tokens: the buffered step's T × P buffers; the
+    bufferless step's tape (every trainable layer's input and output gradient: per encoder layer q, k, v, attention
+    output, intermediate and output dense, two LayerNorms, in bf16); and the activations autograd keeps (a
+    transformer layer's ~34·s·b·h + 5·a·s²·b bytes in 16-bit, Korthikanti et al., 2022, eq. 2), all of it without
+    checkpointing, one layer's plus every layer's input with it. Full fine-tuning; the embedding's rows counted at
+    the tokens of the batch."""
+    print(f"\nBytes by formula, T = {objectives}, micro-batch 32 × 128 tokens, full fine-tuning (GiB):\n")
+    print("| model | T × P buffers (float32) | tape (bf16) | activations | activations, checkpointed |")
+    print("|---|---:|---:|---:|---:|")
+    b, s = 32, 128
+    for name, h, layers, heads in (("XLM-R base", 768, 12, 12), ("XLM-R large", 1024, 24, 16)):
+        dense = layers * (12 * h * h + 13 * h)  # the encoder layers' weights and biases (4h² attention, 8h² FFN)
+        rows = min(250002, b * s)  # the embedding rows a step can touch
+        buffers = objectives * (dense + rows * h) * 4
+        # inputs 9h per token (q/k/v share one; attention output, intermediate, output 4h, two LayerNorms), output
+        # gradients 11h (q, k, v, attention output, intermediate 4h, output, two LayerNorms)
+        tape_per_layer = b * s * 20 * h * 2
+        activations_per_layer = 34 * s * b * h + 5 * heads * s * s * b
+        full = layers * activations_per_layer
+        checkpointed = layers * 2 * s * b * h + activations_per_layer
+        print(
+            f"| {name} | {buffers / GIB:.1f} | {layers * tape_per_layer / GIB:.2f} | {full / GIB:.2f} | "
+            f"{checkpointed / GIB:.2f} |"
+        )
+
+
+GIB = 2**30
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--objectives", type=int, nargs="*", default=[2, 8, 15, 48])
+    parser.add_argument("--objectives", type=int, nargs="*", default=[2, 8, 15, 48, 100])
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--batch", type=int, default=48)
     parser.add_argument("--length", type=int, default=96)
-    parser.add_argument("--steps", type=int, default=9, help="timed steps of plain and LF-MLF")
+    parser.add_argument("--steps", type=int, default=9, help="timed steps of every kind but naive")
     parser.add_argument("--naive-steps", type=int, default=2, help="timed steps of the naive method")
+    parser.add_argument("--naive-up-to", type=int, default=48, help="largest T the naive method runs at")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
-    parser.add_argument("--memory-of", choices=["plain", "lfmlf", "naive"], help=argparse.SUPPRESS)
+    parser.add_argument("--bytes", action="store_true", help="print the bytes table by formula only")
+    parser.add_argument("--memory-of", choices=KINDS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_of:
         args.objectives = args.objectives[0] if isinstance(args.objectives, list) else args.objectives
         return memory_child(args)
+    if args.bytes:
+        return bytes_table()
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1)))
     print(
         f"model: XLM-R-style encoder, hidden {args.hidden}, {args.layers} layers, vocab 8000; batch "
         f"{args.batch} x {args.length} tokens (padded); medians of {args.steps} (naive: {args.naive_steps}) "
         f"interleaved timed steps; {torch.get_num_threads()} threads\n"
     )
-    print(
-        "| T | plain step (ms) | LF-MLF step (ms) | LF-MLF ÷ plain | naive T-backward ÷ plain | "
-        "peak memory LF-MLF ÷ plain | naive ÷ plain |"
-    )
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+    others = KINDS[1:]
+    print("| T | plain (ms) | " + " | ".join(f"{k} ÷ plain" for k in others) + " |")
+    print("|---:|---:|" + "---:|" * len(others))
+    memory: dict[int, dict[str, float]] = {}
     for t in args.objectives:
         one = argparse.Namespace(**{**vars(args), "objectives": t})
         med = time_steps(one)
-        if args.no_memory:
-            mem = "–", "–"
-        else:
-            plain_mem = peak_memory(one, "plain")
-            mem = tuple(f"{peak_memory(one, k) / plain_mem:.2f}×" for k in ("lfmlf", "naive"))
-        print(
-            f"| {t} | {med['plain'] * 1e3:.1f} | {med['lfmlf'] * 1e3:.1f} | {med['lfmlf'] / med['plain']:.3f}× | "
-            f"{med['naive'] / med['plain']:.2f}× | {mem[0]} | {mem[1]} |",
-            flush=True,
-        )
+        ratios = [f"{med[k] / med['plain']:.3f}×" if k in med else "–" for k in others]
+        print(f"| {t} | {med['plain'] * 1e3:.1f} | " + " | ".join(ratios) + " |", flush=True)
+        if not args.no_memory:
+            memory[t] = {k: peak_memory(one, k) for k in ("plain", *others) if k != "naive" or t <= args.naive_up_to}
+    if memory:
+        print("\nPeak memory above the built model and engine (MiB; ratio to plain):\n")
+        print("| T | plain | " + " | ".join(others) + " |")
+        print("|---:|---:|" + "---:|" * len(others))
+        for t, row in memory.items():
+            cells = [f"{row[k]:.0f} ({row[k] / row['plain']:.2f}×)" if k in row else "–" for k in others]
+            print(f"| {t} | {row['plain']:.0f} | " + " | ".join(cells) + " |", flush=True)
+    bytes_table()
 
 
 if __name__ == "__main__":

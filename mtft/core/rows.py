@@ -44,3 +44,20 @@ def row_labels(kind: str, caller: str, rows: int) -> torch.Tensor:
     if value.shape[0] != rows:
         raise RuntimeError(f"labelled_rows declares {value.shape[0]} rows, {caller} got {rows}")
     return value
+
+
+def rows_for_recomputation() -> tuple[contextlib.AbstractContextManager, contextlib.AbstractContextManager]:
+    """A ``context_fn`` for ``torch.utils.checkpoint``: the row labels declared when a layer first runs, declared
+    again when activation checkpointing recomputes it in the backward pass (outside the model's own declaration), so
+    that a layer that reads them (Multi-LoRA's routing) recomputes what it first computed."""
+    labels = _ROWS.get()
+
+    @contextlib.contextmanager
+    def declared() -> Iterator[None]:
+        token = _ROWS.set(labels)
+        try:
+            yield
+        finally:
+            _ROWS.reset(token)
+
+    return contextlib.nullcontext(), declared()

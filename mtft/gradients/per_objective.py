@@ -45,6 +45,10 @@ class GradientSink(Protocol):
     def accumulated(self, module: nn.Module) -> None: ...
 
 
+# stands for a recomputed layer's input until activation checkpointing's recomputation hands it over
+_RECOMPUTED = object()
+
+
 class Recorder(Protocol):
     """Where a layer's backward-pass call goes instead of its per-objective products (the bufferless step's tape,
     :class:`mtft.gradients.layerwise.LayerwiseGradients`)."""
@@ -122,6 +126,15 @@ class PerObjectiveGradients:
             offset += size
         self._handles: list[torch.utils.hooks.RemovableHandle] = []
         self._active = False
+        # Activation checkpointing: the layers whose forward runs again in the backward pass (set by the step). Their
+        # inputs are taken from that recomputation, not kept from the first forward pass -- which would hold the
+        # activations checkpointing frees. A layer's output gradient can arrive before its recomputation (the hook
+        # on a layer's output runs before the node that unpacks the layer's saved tensors), so each layer pairs
+        # inputs and gradients in two queues, and whichever comes second computes the products.
+        self.recomputed: set[nn.Module] = set()
+        self._replaying = False
+        self._inputs: dict[nn.Module, list[Any]] = {}
+        self._waiting: dict[nn.Module, list[tuple[Segments, torch.Tensor, int]]] = {}
         # (parameter, objective) pairs written since zero(): the first write overwrites, later ones add, and
         # finalize() zeroes the rest -- cheaper than clearing all T × P floats every step.
         self._touched: set[tuple[int, int]] = set()
@@ -143,6 +156,20 @@ class PerObjectiveGradients:
             yield
         finally:
             self._active = False
+
+    @contextlib.contextmanager
+    def replaying(self) -> Iterator[None]:
+        """Around the backward pass of a captured forward pass: the recomputed layers' forward calls (activation
+        checkpointing) hand over their inputs."""
+        self._replaying = True
+        try:
+            yield
+        finally:
+            self._replaying = False
+            left = [type(m).__name__ for m, queue in {**self._inputs, **self._waiting}.items() if queue]
+            self._inputs, self._waiting = {}, {}
+        if left:  # after a backward pass that completed (an error inside it propagates as it is)
+            raise RuntimeError(f"a recomputed layer's input and output gradient did not pair up: {left}")
 
     def zero(self) -> None:
         """Start a new optimizer step. Dense buffers are cleared lazily (see :meth:`finalize`); row-sparse
@@ -186,10 +213,16 @@ class PerObjectiveGradients:
 
     # ------------------------------------------------------------------------------------------------
     def _forward_hook(self, module: nn.Module, inputs: tuple[Any, ...], output: torch.Tensor) -> Optional[torch.Tensor]:
+        if self._replaying and module in self.recomputed:  # activation checkpointing recomputes the layer
+            self._inputs.setdefault(module, []).append(self.rules[module].saved(inputs, output)[0])
+            self._pair(module)
+            return None
         if not self._active:
             return None
         rule = self.rules[module]
         saved, dim = rule.saved(inputs, output)
+        if module in self.recomputed:
+            saved = _RECOMPUTED  # taken from the recomputation, when the backward pass reaches the layer
         rows = row_labels("objective", type(module).__name__, output.shape[dim])
         if not output.requires_grad:
             # Nothing upstream needs a gradient (frozen embeddings, detached parameters): make the output
@@ -205,11 +238,21 @@ class PerObjectiveGradients:
     def _accumulate(self, rule: Rule, saved: Any, segments: Segments, grad: torch.Tensor, dim: int) -> None:
         """``saved``: what the layer's rule kept of its forward call (for most layers its input); ``dim``: the
         dimension of ``grad`` that holds the batch's rows."""
+        if saved is _RECOMPUTED:
+            self._waiting.setdefault(rule.module, []).append((segments, grad, dim))
+            return self._pair(rule.module)
         if self.recorder is not None:
             return self.recorder.record(rule, saved, segments, grad, dim)
         rule.products(saved, segments, grad, self)
         if self.sink is not None:
             self.sink.accumulated(rule.module)
+
+    def _pair(self, module: nn.Module) -> None:
+        """A recomputed layer's products, once both its recomputed input and its output gradient are here."""
+        inputs, waiting = self._inputs.get(module), self._waiting.get(module)
+        if inputs and waiting:
+            segments, grad, dim = waiting.pop(0)
+            self._accumulate(self.rules[module], inputs.pop(0), segments, grad, dim)
 
     # -- what a layer's rule writes through (mtft.gradients.layers.Products) ---------------------------------------
     def trains(self, param: torch.Tensor) -> bool:

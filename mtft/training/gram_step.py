@@ -58,6 +58,7 @@ import torch
 from mtft.core.distributed import all_reduce_sum
 from mtft.core.errors import Diverged
 from mtft.gradients import LayerwiseGradients, PerObjectiveGradients, ShardedGradients
+from mtft.models.checkpointing import recomputed_modules
 from mtft.pareto import SolverInputError
 from mtft.reporting.logs import logger
 from mtft.training.adamw_preconditioner import AdamWPreconditioner
@@ -106,6 +107,8 @@ class GramWeightedStep:
         self.metric = metric
         self.descent_check = descent_check
         self.trainable = [p for p in self.module.parameters() if p.requires_grad]
+        # activation checkpointing: the layers recomputed in the backward pass hand their inputs over then
+        self.collector.recomputed = recomputed_modules(self.module)
         # ZeRO-3: DeepSpeed gives its partitioned parameters a ds_id (what its is_zero_param tests)
         self.partitioned = any(hasattr(p, "ds_id") for p in self.trainable)
         if self.partitioned:
@@ -130,12 +133,14 @@ class GramWeightedStep:
         for batch in micro_batches:
             order = torch.argsort(batch["objective_index"], stable=True)  # contiguous rows per objective
             batch = {k: v[order].to(self.engine.device) for k, v in batch.items()}
-            with self.collector.capturing():
-                batch_sums, batch_counts = self._forward(batch)
-            if self.sharded is not None:  # each layer's gradients reduce-scattered as the pass completes it
-                self.sharded.backward(batch_sums.sum(), batch_counts)
-            else:
-                batch_sums.sum().backward()
+            with self._per_objective_pass():
+                with self.collector.capturing():
+                    batch_sums, batch_counts = self._forward(batch)
+                with self.collector.replaying():
+                    if self.sharded is not None:  # each layer's gradients reduce-scattered as the pass completes it
+                        self.sharded.backward(batch_sums.sum(), batch_counts)
+                    else:
+                        batch_sums.sum().backward()
             sums += batch_sums.detach().double().cpu()
             counts += batch_counts.detach().double().cpu()
             examples += batch["input_ids"].shape[0] * self.world_size
@@ -223,15 +228,35 @@ class GramWeightedStep:
 
     def _forward(self, batch: dict[str, torch.Tensor]):
         """The model's per-objective loss sums and counts, with no ordinary weight gradient in the graph: on
-        detached parameters, or under ZeRO-3 (whose module hooks gather and release each layer's parameters, which
-        a call on other tensors would bypass) with the trainable parameters' ``requires_grad`` off for the pass."""
+        detached parameters; under ZeRO-3 (whose module hooks gather and release each layer's parameters, which a
+        call on other tensors would bypass) with the trainable parameters' ``requires_grad`` off for the pass; with
+        activation checkpointing on the module itself, inside :meth:`_per_objective_pass`."""
+        if self.collector.recomputed:
+            return self.module(**batch)
         if not self.partitioned:
             detached = {name: p.detach() for name, p in self.module.named_parameters()}
             return torch.func.functional_call(self.module, detached, args=(), kwargs=batch)
+        with self._frozen():
+            return self.module(**batch)
+
+    @contextlib.contextmanager
+    def _per_objective_pass(self) -> Iterator[None]:
+        """Around a micro-batch's forward and backward passes. With activation checkpointing the trainable
+        parameters' ``requires_grad`` is off through both, since the recomputation in the backward pass must save
+        exactly the tensors the first pass saved (torch checks), and every layer is recomputed whole (no early
+        stop), so that each recomputed layer hands its input over."""
+        if not self.collector.recomputed:
+            yield
+            return
+        with self._frozen(), torch.utils.checkpoint.set_checkpoint_early_stop(False):
+            yield
+
+    @contextlib.contextmanager
+    def _frozen(self) -> Iterator[None]:
         try:
             for p in self.trainable:
                 p.requires_grad_(False)
-            return self.module(**batch)
+            yield
         finally:
             for p in self.trainable:
                 p.requires_grad_(True)

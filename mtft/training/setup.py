@@ -15,6 +15,7 @@ from mtft.core.atomic import AtomicFolder, marker
 from mtft.core.errors import ConfigError
 from mtft.data.pipeline import PreparedData
 from mtft.models.backbone import build_encoder
+from mtft.models.checkpointing import enable_checkpointing
 from mtft.models.heads import PooledHead
 from mtft.models.mixout import apply_mixout
 from mtft.models.multitask import MultiTaskModel
@@ -57,6 +58,8 @@ def build_model(config: RunConfig, data: PreparedData, model: Optional[ModelSect
             f"stability.mixout={config.stability.mixout}: model.adapter.method={config.model.adapter.method} "
             "leaves no trainable linear layer in the encoder to apply Mixout to"
         )
+    if config.training.gradient_checkpointing:
+        enable_checkpointing(encoder)
     heads = {
         name: build_head(td.task.head, encoder.config.hidden_size, td.label_names, config.model.classifier_dropout)
         for name, td in data.tasks.items()
