@@ -1,5 +1,6 @@
-"""LF-MLF through run.py and DeepSpeed: ZeRO 0/1/2 agree, two processes match one bit-identically across
-ranks, the report shows the weights and the stationarity gauge, and Pareto stationarity can stop training."""
+"""LF-MLF through run.py and DeepSpeed: ZeRO 0/1/2 agree, two processes match one bit-identically across ranks,
+the bufferless step with activation checkpointing trains as the buffered one, the report shows the weights and the
+stationarity gauge, and Pareto stationarity can stop training."""
 
 from __future__ import annotations
 
@@ -75,7 +76,24 @@ def zero_runs(request, tmp_path_factory) -> dict[str, Path]:
     result = run_torchrun("--config", BASE_CONFIG, *lfmlf_run(out, 2, micro=8, **method))
     assert result.returncode == 0, result.stderr[-5000:]
     runs["two"] = out
+    # the bufferless step (chosen by auto: the budget is far below the buffers), with activation checkpointing
+    out = base / "bufferless"
+    result = run_cli("--config", BASE_CONFIG, *lfmlf_run(out, 2, micro=16, **method, **BUFFERLESS))
+    assert result.returncode == 0, result.stderr[-3000:]
+    runs["bufferless"] = out
+    if request.param == "multi_lora":  # and on two processes (its Gram reduce-scattered layer by layer)
+        out = base / "two_bufferless"
+        result = run_torchrun("--config", BASE_CONFIG, *lfmlf_run(out, 2, micro=8, **method, **BUFFERLESS))
+        assert result.returncode == 0, result.stderr[-5000:]
+        runs["two_bufferless"] = out
     return runs
+
+
+BUFFERLESS = {
+    "weighting.gradient_buffers": "auto",
+    "weighting.gradient_buffers_budget_gb": 1e-6,
+    "training.gradient_checkpointing": True,
+}
 
 
 @pytest.mark.multiprocess
@@ -108,6 +126,27 @@ def test_zero_stages_give_the_same_training(zero_runs, stage):
         assert_same_d_norm(a, b)
     w0, w1 = final_weights(zero_runs["zero0"]), final_weights(zero_runs[stage])
     assert max((w0[k] - w1[k]).abs().max().item() for k in w0) < 1e-5
+
+
+@pytest.mark.multiprocess
+@pytest.mark.timeout(600)
+def test_the_bufferless_step_trains_as_the_buffered_one(zero_runs):
+    """weighting.gradient_buffers=auto chose the bufferless step (the log says why) and, with activation
+    checkpointing, on one process (and two, for Multi-LoRA) it gives the buffered step's weights to float32
+    round-off."""
+    runs = [run for run in ("bufferless", "two_bufferless") if run in zero_runs]
+    assert "bufferless" in runs
+    for run in runs:
+        log = (zero_runs[run] / "train.log").read_text()
+        assert "per-objective gradients bufferless: auto (" in log and "exceed the budget" in log
+        reference, other = weighting_events(zero_runs["zero2"]), weighting_events(zero_runs[run])
+        assert len(reference) == len(other) == STEPS and not any("gram_shards" in e for e in other)
+        for a, b in zip(reference, other):
+            for key in ("weight/xnli/en", "weight/xnli/de", "weight/xnli/ar"):
+                assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-7), (run, a["step"], key)
+            assert_same_d_norm(a, b)
+        w0, w1 = final_weights(zero_runs["zero2"]), final_weights(zero_runs[run])
+        assert max((w0[k] - w1[k]).abs().max().item() for k in w0) < 1e-4, run
 
 
 @pytest.mark.multiprocess
