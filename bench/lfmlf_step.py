@@ -187,7 +187,11 @@ def make_step(kind: str, engine, num_objectives: int):
     return GramWeightedStep(engine, build_weighting("lfmlf"), num_objectives, 1, shared=params, bufferless=bufferless)
 
 
-def time_steps(args) -> dict[str, float]:
+PHASES = ("backward_s", "gram_s", "weighting_s", "combine_s", "optimizer_s")
+
+
+def time_steps(args) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Median step time of every kind, and the Gram steps' median time in each phase (their own timers)."""
     model = build(args.objectives, args.hidden, args.layers)
     # TorchJD's engine hooks every forward call of the modules it is given, so autogram gets a copy of its own
     twin = copy.deepcopy(model)
@@ -196,15 +200,19 @@ def time_steps(args) -> dict[str, float]:
     kinds = [k for k in KINDS if k != "naive" or args.objectives <= args.naive_up_to]
     steps = {kind: make_step(kind, twin_engine if kind == "autogram" else engine, args.objectives) for kind in kinds}
     times: dict[str, list[float]] = {kind: [] for kind in steps}
+    phases: dict[str, dict[str, list[float]]] = {kind: {p: [] for p in PHASES} for kind in ("buffered", "bufferless")}
     for repeat in range(args.steps + 1):
         for kind, step in steps.items():  # interleaved, so that machine noise hits every kind alike
             if kind == "naive" and repeat > args.naive_steps:
                 continue  # T backward passes are slow; a few repetitions suffice for the comparison
             start = time.perf_counter()
-            step([dict(batch)])
+            result = step([dict(batch)])
             if repeat:  # the first round warms up
                 times[kind].append(time.perf_counter() - start)
-    return {kind: statistics.median(v) for kind, v in times.items()}
+                for phase, values in phases.get(kind, {}).items():
+                    values.append(result.extras[phase])
+    medians = {kind: statistics.median(v) for kind, v in times.items()}
+    return medians, {k: {p: statistics.median(v) for p, v in row.items()} for k, row in phases.items()}
 
 
 def peak_memory(args, kind: str) -> float:
@@ -326,13 +334,20 @@ def main() -> None:
     print("| T | plain (ms) | " + " | ".join(f"{k} ÷ plain" for k in others) + " |")
     print("|---:|---:|" + "---:|" * len(others))
     memory: dict[int, dict[str, float]] = {}
+    profiles: dict[int, dict[str, dict[str, float]]] = {}
     for t in args.objectives:
         one = argparse.Namespace(**{**vars(args), "objectives": t})
-        med = time_steps(one)
+        med, profiles[t] = time_steps(one)
         ratios = [f"{med[k] / med['plain']:.3f}×" if k in med else "–" for k in others]
         print(f"| {t} | {med['plain'] * 1e3:.1f} | " + " | ".join(ratios) + " |", flush=True)
         if not args.no_memory:
             memory[t] = {k: peak_memory(one, k) for k in ("plain", *others) if k != "naive" or t <= args.naive_up_to}
+    print("\nWhere the Gram steps' time goes (median ms per phase; forward and backward passes together):\n")
+    print("| T | step | " + " | ".join(p.removesuffix("_s") for p in PHASES) + " |")
+    print("|---:|---|" + "---:|" * len(PHASES))
+    for t, rows in profiles.items():
+        for kind, row in rows.items():
+            print(f"| {t} | {kind} | " + " | ".join(f"{row[p] * 1e3:.1f}" for p in PHASES) + " |")
     if memory:
         print("\nPeak memory above the built model and engine (MiB; ratio to plain):\n")
         print("| T | plain | " + " | ".join(others) + " |")

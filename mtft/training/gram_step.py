@@ -162,7 +162,9 @@ class GramWeightedStep:
             diagonal = self.metric.diagonal(self.shared) if self.metric is not None else None
             if self.metric is not None:
                 extras["metric_preconditioned"] = float(diagonal is not None)
+            gram_start = time.perf_counter()
             gram = gradients.gram(self.shared, self.shared_rows, diagonal) * scale[:, None] * scale[None, :]
+            extras["gram_s"] = time.perf_counter() - gram_start
             sub = gram[present][:, present].numpy()
 
         weights = torch.zeros(self.num_objectives, dtype=torch.float64)
@@ -182,7 +184,9 @@ class GramWeightedStep:
         weights[present] = torch.as_tensor(w)
         # what the engine's own averaging over the ranks turns into Σ_t w_t g_t (sharded: N x this rank's part,
         # zeros elsewhere -- no all-gather; bit-exact for N a power of two, round-off otherwise)
+        update_start = time.perf_counter()
         combined = gradients.contribution(weights * scale)
+        extras["combine_s"] = time.perf_counter() - update_start
         before = None
         with self._gathered():
             if self.descent_check:
@@ -192,7 +196,9 @@ class GramWeightedStep:
         del combined
         if self.layerwise is not None and before is None:
             self.layerwise.zero()  # the tape's last use (the descent check reads it after the step)
+        optimizer_start = time.perf_counter()
         self.engine.step()
+        extras["optimizer_s"] = time.perf_counter() - optimizer_start
         self.steps += 1
         extras.update(self.weighting.state())
         first_order, cosines = None, None
