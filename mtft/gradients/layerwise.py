@@ -40,7 +40,14 @@ from torch import nn
 
 from mtft.core.distributed import reduce_scatter
 from mtft.gradients.layers import Rule, Segments
-from mtft.gradients.per_objective import PerObjectiveGradients, gram_of_blocks, matvec
+from mtft.gradients.per_objective import (
+    FirstWriteProducts,
+    Metric,
+    OnlyRows,
+    PerObjectiveGradients,
+    gram_of_blocks,
+    matvec,
+)
 from mtft.gradients.row_sparse import RowSparseBuffer
 from mtft.gradients.shapes import full_shape
 
@@ -57,7 +64,7 @@ class _Record:
     dim: int
 
 
-class LayerProducts:
+class LayerProducts(FirstWriteProducts):
     """The per-objective products of one layer's parameters (the :class:`~mtft.gradients.layers.Products` a rule
     writes through), for ``num_objectives`` objectives: dense (T, *shape) tensors, row-sparse ones by touched row.
     ``keep``: the parameters to compute (others are skipped by the rules)."""
@@ -90,20 +97,6 @@ class LayerProducts:
         first = (param, t) not in self._written
         self._written.add((param, t))
         return buffer[t], first
-
-    def write(self, param: torch.Tensor, t: int, value: torch.Tensor) -> None:
-        target, first = self._target(param, t)
-        value = value.reshape(target.shape).to(target.dtype)
-        target.copy_(value) if first else target.add_(value)
-
-    def write_product(self, param: torch.Tensor, t: int, a: torch.Tensor, b: torch.Tensor) -> None:
-        if a.dtype != self.dtype:
-            return self.write(param, t, a @ b)
-        target, first = self._target(param, t)
-        if first:
-            torch.mm(a, b, out=target)
-        else:
-            target.addmm_(a, b)
 
     def of(self, param: torch.Tensor) -> torch.Tensor:
         """(T, *shape) products of a dense parameter (zeros where nothing was written)."""
@@ -157,12 +150,7 @@ class LayerwiseGradients:
             self.peak_layer_bytes = max(self.peak_layer_bytes, held)
             yield module, out
 
-    def gram(
-        self,
-        params: list[nn.Parameter],
-        only_rows: Optional[dict[nn.Parameter, torch.Tensor]] = None,
-        metric: Optional[dict[torch.Tensor, torch.Tensor]] = None,
-    ) -> torch.Tensor:
+    def gram(self, params: list[nn.Parameter], only_rows: OnlyRows = None, metric: Metric = None) -> torch.Tensor:
         """G_ts = g_tᵀ g_s (or g_tᵀ P g_s) over ``params``, as :meth:`PerObjectiveGradients.gram`, of the global
         batch's gradients (sums of the ranks'): each layer's dense products reduce-scattered and this rank's columns
         added into a partial Gram, all-reduced at the end; row-sparse weights over the union of touched rows."""

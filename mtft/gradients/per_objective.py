@@ -30,6 +30,10 @@ from mtft.gradients.layers import Rule, Segments
 from mtft.gradients.row_sparse import RowSparseBuffer
 from mtft.gradients.shapes import full_numel, full_shape
 
+# A Gram's optional restrictions: the rows of row-sparse weights it reads, a diagonal metric per parameter
+OnlyRows = Optional[dict[nn.Parameter, torch.Tensor]]
+Metric = Optional[dict[torch.Tensor, torch.Tensor]]
+
 # Columns of the buffers scaled at a time when a Gram is formed in a metric (bounds the scaled copy to T × this).
 METRIC_CHUNK = 1 << 20
 
@@ -56,7 +60,32 @@ class Recorder(Protocol):
     def record(self, rule: Rule, saved: Any, segments: Segments, grad: torch.Tensor, dim: int) -> None: ...
 
 
-class PerObjectiveGradients:
+class FirstWriteProducts:
+    """Writing a layer's per-objective products (:class:`~mtft.gradients.layers.Products`) into targets of which the
+    first write of a step overwrites and later ones add (cheaper than clearing them first): subclasses say where
+    objective t's gradient of a parameter lives and whether this is its first write (``_target``)."""
+
+    dtype: torch.dtype
+
+    def _target(self, param: torch.Tensor, t: int) -> tuple[torch.Tensor, bool]:
+        raise NotImplementedError
+
+    def write(self, param: torch.Tensor, t: int, value: torch.Tensor) -> None:
+        target, first = self._target(param, t)
+        value = value.reshape(target.shape).to(target.dtype)
+        target.copy_(value) if first else target.add_(value)
+
+    def write_product(self, param: torch.Tensor, t: int, a: torch.Tensor, b: torch.Tensor) -> None:
+        if a.dtype != self.dtype:  # e.g. bf16 activations, float32 buffers
+            return self.write(param, t, a @ b)
+        target, first = self._target(param, t)
+        if first:
+            torch.mm(a, b, out=target)
+        else:
+            target.addmm_(a, b)
+
+
+class PerObjectiveGradients(FirstWriteProducts):
     """Accumulates ∂(Σ_{n∈t} loss_n)/∂θ for every objective t and trainable parameter θ of ``model``.
 
     The dense parameters' buffers live in one flat (T, P) tensor, so that data-parallel ranks reduce them in one
@@ -270,27 +299,8 @@ class PerObjectiveGradients:
         self._touched.add(key)
         return self.views[param][t], first
 
-    def write(self, param: torch.Tensor, t: int, value: torch.Tensor) -> None:
-        target, first = self._target(param, t)
-        value = value.reshape(target.shape).to(target.dtype)
-        target.copy_(value) if first else target.add_(value)
-
-    def write_product(self, param: torch.Tensor, t: int, a: torch.Tensor, b: torch.Tensor) -> None:
-        if a.dtype != self.dtype:  # e.g. bf16 activations, float32 buffers
-            return self.write(param, t, a @ b)
-        target, first = self._target(param, t)
-        if first:
-            torch.mm(a, b, out=target)
-        else:
-            target.addmm_(a, b)
-
     # ------------------------------------------------------------------------------------------------
-    def gram(
-        self,
-        params: list[nn.Parameter],
-        only_rows: Optional[dict[nn.Parameter, torch.Tensor]] = None,
-        metric: Optional[dict[torch.Tensor, torch.Tensor]] = None,
-    ) -> torch.Tensor:
+    def gram(self, params: list[nn.Parameter], only_rows: OnlyRows = None, metric: Metric = None) -> torch.Tensor:
         """G_ts = g_tᵀ g_s over ``params``, in float64: row-sparse weights over their touched rows only (and
         within ``only_rows[p]`` where given: e.g. the Multi-LoRA B's that several objectives share), the dense
         rest in one matrix product when every dense parameter is included.

@@ -47,7 +47,7 @@ import torch
 from torch import nn
 
 from mtft.core.distributed import all_gather, reduce_scatter
-from mtft.gradients.per_objective import PerObjectiveGradients, gram_of_blocks, matvec, weighted_sum
+from mtft.gradients.per_objective import Metric, OnlyRows, PerObjectiveGradients, gram_of_blocks, matvec, weighted_sum
 from mtft.gradients.shapes import full_numel, full_shape
 
 Block = tuple[torch.Tensor, Optional[torch.Tensor]]
@@ -205,12 +205,7 @@ class ShardedGradients:
         return fires
 
     # -- after the backward passes -----------------------------------------------------------------------
-    def gram(
-        self,
-        params: list[nn.Parameter],
-        only_rows: Optional[dict[nn.Parameter, torch.Tensor]] = None,
-        metric: Optional[dict[torch.Tensor, torch.Tensor]] = None,
-    ) -> torch.Tensor:
+    def gram(self, params: list[nn.Parameter], only_rows: OnlyRows = None, metric: Metric = None) -> torch.Tensor:
         """G_ts = ḡ_tᵀ ḡ_s (or ḡ_tᵀ P ḡ_s) over ``params``, as :meth:`PerObjectiveGradients.gram` of the reduced
         buffers: this shard's blocks, an all-reduce of the T × T partial Grams (float64), then the row-sparse
         weights' part, which every rank holds whole."""

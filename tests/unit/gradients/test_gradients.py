@@ -96,13 +96,19 @@ def test_full_finetuning_gradients_equal_float64_reference(tmp_path, sort_rows):
     assert (expected.abs().sum(1) > 0).all()
 
 
-def test_lora_parameters_equal_float64_reference(tmp_path):
+def lora_model(tmp_path):
+    """The tiny model with PEFT LoRA on query and value, B drawn (B = 0 at init would make A's gradient vanish)."""
     model, tok = tiny_model(tmp_path)
     lora = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["query", "value"], lora_dropout=0.0)
     model.encoder = peft.get_peft_model(model.encoder, lora)
     for name, p in model.encoder.named_parameters():
         if "lora_B" in name:
-            torch.nn.init.normal_(p, std=0.1)  # B = 0 at init would make A's gradient vanish
+            torch.nn.init.normal_(p, std=0.1)
+    return model, tok
+
+
+def test_lora_parameters_equal_float64_reference(tmp_path):
+    model, tok = lora_model(tmp_path)
     model = model.double()
     batch = make_batch(tok, **MIXED)
     got, params = hooked_gradients(model, batch, 3)

@@ -6,7 +6,6 @@ in the optimizer's metric and with a floor; and no T × P buffer held."""
 from __future__ import annotations
 
 import numpy as np
-import peft
 import pytest
 import torch
 
@@ -14,7 +13,7 @@ from mtft.adapters.multi_lora import MultiLoraConfig, inject_multi_lora, multi_l
 from mtft.gradients import LayerwiseGradients, PerObjectiveGradients
 from mtft.training.gram_step import GramWeightedStep
 from mtft.weighting import build_weighting
-from tests.unit.gradients.test_gradients import MIXED, FakeEngine, make_batch
+from tests.unit.gradients.test_gradients import MIXED, FakeEngine, lora_model, make_batch
 from tests.unit.gradients.test_metric_gram import FixedMetric, SGDEngine
 from tests.unit.gradients.test_multi_lora_gradients import SPANNING
 from tests.unit.models.test_model import tiny_model
@@ -22,16 +21,6 @@ from tests.unit.models.test_model import tiny_model
 
 def full(tmp_path):
     return tiny_model(tmp_path)
-
-
-def lora(tmp_path):
-    model, tok = tiny_model(tmp_path)
-    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["query", "value"], lora_dropout=0.0)
-    model.encoder = peft.get_peft_model(model.encoder, config)
-    for name, p in model.encoder.named_parameters():
-        if "lora_B" in name:
-            torch.nn.init.normal_(p, std=0.1)
-    return model, tok
 
 
 def multi_lora(tmp_path):
@@ -50,7 +39,7 @@ def mhloss(tmp_path):
     return model, tok
 
 
-MODELS = {"full": full, "lora": lora, "multi_lora": multi_lora, "mhloss": mhloss}
+MODELS = {"full": full, "lora": lora_model, "multi_lora": multi_lora, "mhloss": mhloss}
 
 # rows of 3 objectives, mixed and padded; SPANNING: objective 0 has rows of both tasks
 ROWS = {"mixed": MIXED, "spanning": SPANNING}
