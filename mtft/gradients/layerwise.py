@@ -90,10 +90,9 @@ class LayerProducts(FirstWriteProducts):
 
     def _target(self, param: torch.Tensor, t: int) -> tuple[torch.Tensor, bool]:
         buffer = self.dense.get(param)
-        if buffer is None:
-            buffer = self.dense[param] = torch.zeros(
-                self.num_objectives, *full_shape(param), dtype=self.dtype, device=param.device
-            )
+        if buffer is None:  # uninitialised: a first write overwrites, of() zeroes the rows never written
+            shape = (self.num_objectives, *full_shape(param))
+            buffer = self.dense[param] = torch.empty(shape, dtype=self.dtype, device=param.device)
         first = (param, t) not in self._written
         self._written.add((param, t))
         return buffer[t], first
@@ -101,9 +100,15 @@ class LayerProducts(FirstWriteProducts):
     def of(self, param: torch.Tensor) -> torch.Tensor:
         """(T, *shape) products of a dense parameter (zeros where nothing was written)."""
         if param not in self.dense:
-            self._target(param, 0)
-            self._written.discard((param, 0))
-        return self.dense[param]
+            shape = (self.num_objectives, *full_shape(param))
+            self.dense[param] = torch.zeros(shape, dtype=self.dtype, device=param.device)
+            return self.dense[param]
+        buffer = self.dense[param]
+        for t in range(self.num_objectives):
+            if (param, t) not in self._written:
+                buffer[t].zero_()
+                self._written.add((param, t))
+        return buffer
 
 
 class LayerwiseGradients:
