@@ -6,12 +6,12 @@ import torch
 from peft.tuners.tuners_utils import check_target_module_exists
 from torch import nn
 
-from mtft.adapters.multi_lora.config import MultiLoraConfig
 from mtft.adapters.multi_lora.layer import MultiLoraLinear
+from mtft.adapters.options import MultiLoraOptions
 
 
 def inject_multi_lora(
-    encoder: nn.Module, config: MultiLoraConfig, num_adapters: int, seed: int, route_by: str = "task"
+    encoder: nn.Module, config: MultiLoraOptions, num_adapters: int, seed: int, route_by: str = "task"
 ) -> list[str]:
     """Freeze ``encoder`` and replace every targeted ``nn.Linear`` by a :class:`MultiLoraLinear` in place.
 
