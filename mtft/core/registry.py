@@ -37,10 +37,11 @@ T = TypeVar("T")
 
 class Lazy:
     """A class enrolled by its loader: ``load()`` imports it (an ``import`` statement inside the loader, which
-    import-linter reads as any other), ``options`` is its ``Options`` model where known without importing it."""
+    import-linter reads as any other); ``options`` is its ``Options`` model and ``about`` a line saying what it
+    does, where they are to be known without importing it."""
 
-    def __init__(self, load: Callable[[], type], options: Optional[type[BaseModel]] = None):
-        self.load, self.options = load, options
+    def __init__(self, load: Callable[[], type], options: Optional[type[BaseModel]] = None, about: str = ""):
+        self.load, self.options, self.about = load, options, about
 
 
 Entry = Union[type, str, Lazy]
@@ -143,12 +144,15 @@ class Registry(Generic[T]):
         if taken is None or not isinstance(taken, type):
             self._entries[name] = entry
 
-    def lazy(self, name: str, options: Optional[type[BaseModel]] = None) -> Callable[[Callable[[], type]], Lazy]:
+    def lazy(
+        self, name: str, options: Optional[type[BaseModel]] = None, about: str = ""
+    ) -> Callable[[Callable[[], type]], Lazy]:
         """Decorator of a loader: enrol, as ``name``, the class it imports and returns when first asked for, with
-        its ``Options`` model ``options`` (checked against the class on loading), known without the import."""
+        its ``Options`` model ``options`` (checked against the class on loading) and a line ``about`` it, both
+        known without the import."""
 
         def enrol(load: Callable[[], type]) -> Lazy:
-            entry = Lazy(load, options)
+            entry = Lazy(load, options, about)
             self.add(name, entry)
             return entry
 
@@ -223,6 +227,13 @@ class Registry(Generic[T]):
         if isinstance(entry, Lazy) and entry.options is not None:
             return entry.options
         return getattr(self.get(name), "Options", None)
+
+    def about(self, name: str) -> str:
+        """The line enrolled with ``name``, else the first line of its class's docstring (imports it)."""
+        entry = self._entries.get(name)
+        if isinstance(entry, Lazy) and entry.about:
+            return entry.about
+        return (self.get(name).__doc__ or "").strip().split("\n")[0]
 
     def option_fields(self) -> list[tuple[str, str, Any]]:
         """(option, name, pydantic FieldInfo) of every registered class's options, for ``--help``."""

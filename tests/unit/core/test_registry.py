@@ -12,7 +12,6 @@ import pytest
 from mtft.adapters import METHODS
 from mtft.core.registry import Registry, plugin_code
 from mtft.study.analyses import REGISTRY as ANALYSES
-from mtft.tasks.declarative import TASK_PLUGINS
 from mtft.tasks.kinds import HEAD_CLASSES, TASK_CLASSES, register_kind
 from mtft.weighting import WEIGHTINGS
 
@@ -23,7 +22,6 @@ KINDS = {
     "analysis": (ANALYSES, "mtft.study.analyses", "StudyAnalysis"),
     "head kind (task)": (TASK_CLASSES, "mtft.tasks.base", "Task"),
     "head kind (head)": (HEAD_CLASSES, "mtft.models.heads", "Head"),
-    "task file class": (TASK_PLUGINS, "mtft.tasks.base", "Task"),
 }
 PLUGIN = """
 from {module} import {base}
