@@ -34,12 +34,6 @@ class LoraOptions(AdapterOptions):
     def scaling(self) -> float:
         return self.alpha / self.r
 
-    def as_peft(self):
-        """The equivalent ``peft.LoraConfig``: PEFT's target-module matching rules, and what export saves."""
-        from mtft.adapters.peft_config import peft_lora_config
-
-        return peft_lora_config(self.r, self.alpha, self.dropout, self.target_modules)
-
 
 class MultiLoraOptions(LoraOptions):
     """Shared-A Multi-LoRA: one frozen random A (r × in) shared by every slot, one trained B (out × r) per slot.

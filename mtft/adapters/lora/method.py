@@ -13,6 +13,7 @@ from mtft.adapters.base import AdapterMethod
 from mtft.adapters.lora.displacement import PeftLoraDisplacement
 from mtft.adapters.lora.model import inject_lora
 from mtft.adapters.options import LoraOptions
+from mtft.adapters.peft_config import peft_lora_config
 
 
 class PeftLora(AdapterMethod):
@@ -47,7 +48,7 @@ class PeftLora(AdapterMethod):
         return PeftLoraDisplacement(encoder, self.slots(task_names, objective_names))
 
     def peft_config(self) -> peft.LoraConfig:
-        return self.options.as_peft()
+        return peft_lora_config(self.options)
 
     def adapter_weights(
         self, encoder: nn.Module, slot: int, slot_name: str

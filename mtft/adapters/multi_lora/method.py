@@ -13,6 +13,7 @@ from mtft.adapters.multi_lora.displacement import MultiLoraDisplacement
 from mtft.adapters.multi_lora.layer import MultiLoraLinear
 from mtft.adapters.multi_lora.model import inject_multi_lora, multi_lora_layers
 from mtft.adapters.options import MultiLoraOptions
+from mtft.adapters.peft_config import peft_lora_config
 
 
 class MultiLora(AdapterMethod):
@@ -47,7 +48,7 @@ class MultiLora(AdapterMethod):
         return MultiLoraDisplacement(encoder, self.slots(task_names, objective_names))
 
     def peft_config(self) -> peft.LoraConfig:
-        return self.options.as_peft()
+        return peft_lora_config(self.options)
 
     def adapter_weights(
         self, encoder: nn.Module, slot: int, slot_name: str

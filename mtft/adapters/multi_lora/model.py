@@ -8,6 +8,7 @@ from torch import nn
 
 from mtft.adapters.multi_lora.layer import MultiLoraLinear
 from mtft.adapters.options import MultiLoraOptions
+from mtft.adapters.peft_config import peft_lora_config
 
 
 def inject_multi_lora(
@@ -17,7 +18,7 @@ def inject_multi_lora(
 
     Returns the names of the adapted layers; an empty match is an error (a typo in target_modules would
     otherwise silently train nothing but the heads)."""
-    peft_config = config.as_peft()
+    peft_config = peft_lora_config(config)
     encoder.requires_grad_(False)
     generator = torch.Generator().manual_seed(seed)
     names = [
