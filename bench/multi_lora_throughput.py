@@ -27,7 +27,8 @@ import torch  # noqa: E402
 from transformers import AutoModel, XLMRobertaConfig  # noqa: E402
 
 from mtft.adapters.lora import inject_lora  # noqa: E402
-from mtft.adapters.multi_lora import MultiLoraConfig, inject_multi_lora  # noqa: E402
+from mtft.adapters.multi_lora import inject_multi_lora  # noqa: E402
+from mtft.adapters.options import MultiLoraOptions  # noqa: E402
 from mtft.models.heads import SequenceClassificationHead  # noqa: E402
 from mtft.models.multitask import MultiTaskModel  # noqa: E402
 
@@ -47,7 +48,7 @@ def build(kind: str, tasks: int, hidden: int, layers: int, r: int, targets: list
     encoder = AutoModel.from_config(config, add_pooling_layer=False)
     names = [f"task{i}" for i in range(tasks)]
     if kind == "multi_lora":
-        inject_multi_lora(encoder, MultiLoraConfig(r=r, target_modules=targets), tasks, seed=0)
+        inject_multi_lora(encoder, MultiLoraOptions(r=r, target_modules=targets), tasks, seed=0)
     elif kind == "peft_loop":
         inject_lora(encoder, peft.LoraConfig(r=r, lora_alpha=16, target_modules=targets), names)
     else:

@@ -115,7 +115,7 @@ def train_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="run.py",
         description="Multilingual multi-task fine-tuning with DeepSpeed.\n\nother commands (run.py <command> --help):\n"
-        + "\n".join(f"  {name:8s} {summary}" for name, (_, summary) in COMMANDS.items()),
+        + "\n".join(f"  {name:8s} {COMMANDS.about(name)}" for name in COMMANDS),
         epilog=options_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -16,31 +16,20 @@ per method behind a registry). A method:
 - names the adapters the sensitivity probe measures (:meth:`AdapterMethod.probe_slots`);
 - hands out each slot's LoRA weights and PEFT config for ``run.py export`` where it has them.
 
-Methods register with :func:`register_method`; :func:`get_method` also loads a user's own from
-``module:Class``.
+Each method owns its typed options (``Options``, :mod:`mtft.adapters.options`): the keys of ``model.adapter``
+beside ``method``. The built-in methods are enrolled in :mod:`mtft.adapters.registry`; outside code registers its own
+with :func:`~mtft.adapters.registry.register_method`, or names it ``module:Class``.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar, ContextManager, Optional, Protocol, Sequence, Union
+from typing import ClassVar, ContextManager, Optional, Protocol, Sequence
 
 import torch
 from torch import nn
 
+from mtft.adapters.options import AdapterOptions
 from mtft.core.errors import CheckpointError, ConfigError
-from mtft.core.registry import Registry
-
-
-class AdapterOptions(Protocol):
-    """The options a method reads: the fields of the run config's ``model.adapter`` section."""
-
-    method: str
-    granularity: str  # "task" or "objective": what a routed adapter belongs to
-    r: int
-    alpha: float
-    dropout: float
-    target_modules: Union[Sequence[str], str]
-    init_a: str
 
 
 class DisplacementTracker(Protocol):
@@ -82,10 +71,13 @@ class DisplacementTracker(Protocol):
 
 
 class AdapterMethod:
-    """Base class of the fine-tuning methods. Subclasses set :attr:`name` and implement :meth:`inject`; the
-    defaults describe a method without routing, Gram-compatible, unmonitored and not exportable."""
+    """Base class of the fine-tuning methods. Subclasses set :attr:`name` and :attr:`Options` and implement
+    :meth:`inject`; the defaults describe a method without options or routing, Gram-compatible, unmonitored and not
+    exportable."""
 
     name: ClassVar[str]
+    # The method's typed options (a subclass of AdapterOptions): the keys of model.adapter beside method.
+    Options: ClassVar[type[AdapterOptions]] = AdapterOptions
     # A Gram weighting needs exact per-objective gradients (mtft.gradients) of the method's trainable parameters.
     supports_gram: ClassVar[bool] = True
     # Completes "weighting.method=... needs per-objective gradients, " when supports_gram is False.
@@ -99,8 +91,8 @@ class AdapterMethod:
     # Whether every routing slot is a LoRA adapter (A, B) that ``run.py export`` writes as a PEFT directory.
     exports_lora: ClassVar[bool] = False
 
-    def __init__(self, options: AdapterOptions):
-        self.options = options
+    def __init__(self, options: Optional[AdapterOptions] = None):
+        self.options = options if options is not None else self.Options()
 
     # -- the model ---------------------------------------------------------------------------------------
     def apply(self, encoder: nn.Module, task_names: Sequence[str], objective_names: Sequence[str], seed: int) -> None:
@@ -159,30 +151,14 @@ class AdapterMethod:
     # -- export ------------------------------------------------------------------------------------------
     def peft_config(self):
         """The ``peft.LoraConfig`` every exported adapter is saved with."""
-        raise CheckpointError(f"model.adapter.method={self.options.method} has no LoRA adapters to export")
+        raise CheckpointError(f"model.adapter.method={self.label()} has no LoRA adapters to export")
 
     def adapter_weights(
         self, encoder: nn.Module, slot: int, slot_name: str
     ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         """Adapted layer name (in ``encoder``) -> (A, B) of routing slot ``slot`` (named ``slot_name``)."""
-        raise CheckpointError(f"model.adapter.method={self.options.method} has no LoRA adapters to export")
+        raise CheckpointError(f"model.adapter.method={self.label()} has no LoRA adapters to export")
 
-
-METHODS: Registry[AdapterMethod] = Registry("adapter method", AdapterMethod)
-
-
-def register_method(cls: type[AdapterMethod]) -> type[AdapterMethod]:
-    """Class decorator: make ``cls`` selectable as ``model.adapter.method: <cls.name>`` (a name taken by another
-    class is refused)."""
-    return METHODS.register(cls)
-
-
-def get_method(name: str) -> type[AdapterMethod]:
-    """The class named by ``model.adapter.method``: a registered name, or ``module:Class`` for a method of
-    one's own (an importable module, a subclass of :class:`AdapterMethod`). ValueError naming the choices."""
-    return METHODS.get(name)
-
-
-def build_method(options: AdapterOptions) -> AdapterMethod:
-    """The method object of ``options`` (the run config's ``model.adapter``)."""
-    return get_method(options.method)(options)
+    def label(self) -> str:
+        """The method's name in messages: its registered name, else its class's."""
+        return getattr(type(self), "name", type(self).__qualname__)

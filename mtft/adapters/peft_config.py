@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Sequence, Union
-
 import peft
 
+from mtft.adapters.options import LoraOptions
 
-def peft_lora_config(
-    r: int, alpha: float, dropout: float, target_modules: Union[Sequence[str], str]
-) -> peft.LoraConfig:
-    targets = target_modules if isinstance(target_modules, str) else list(target_modules)
-    return peft.LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets)
+
+def peft_lora_config(options: LoraOptions) -> peft.LoraConfig:
+    """The ``peft.LoraConfig`` equivalent to ``options``: PEFT's target-module matching rules, and what export
+    saves."""
+    o = options
+    return peft.LoraConfig(r=o.r, lora_alpha=o.alpha, lora_dropout=o.dropout, target_modules=list(o.target_modules))

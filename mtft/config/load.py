@@ -9,7 +9,7 @@ from typing import Any, Iterable, Iterator
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from mtft.config.schema import RunConfig, WeightingSection
+from mtft.config.schema import FLAT_ADAPTER_KEYS, AdapterSection, RunConfig, WeightingSection
 from mtft.core.errors import ConfigError, echo
 from mtft.core.safe_yaml import load_yaml, read_text
 
@@ -20,6 +20,7 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> RunConfig:
     raw = read_yaml_mapping(path)
     parsed = [parse_override(item) for item in overrides]
     options_follow_method(raw, parsed)
+    adapter_options_follow_method(raw, dict(parsed))
     overridden = set()
     for key, value in parsed:
         set_dotted(raw, key, value)
@@ -41,6 +42,34 @@ def options_follow_method(raw: dict[str, Any], overrides: list[tuple[str, Any]])
 
 
 DEFAULT_WEIGHTING = WeightingSection.model_fields["method"].default
+DEFAULT_ADAPTER = AdapterSection.model_fields["method"].default
+
+
+def adapter_options_follow_method(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """Drop the keys of the file's ``model.adapter`` that the run's method does not take, where the file wrote them
+    for another method rather than by mistake:
+
+    - the overrides (command line, a study's cell) switch the method: the file's options follow it, as
+      ``weighting.options`` do -- those the new method takes are kept (``r`` of multi_lora is ``r`` of lora);
+    - the file's method takes no options (``full``, ``head``): LoRA keys beside it are the adapter its command
+      lines and studies switch to (``tests/e2e/base.yaml``, ``configs/mix.yaml``);
+    - the section holds every key of the one flat section of earlier versions: a run folder's resolved config.yaml.
+
+    Any other key of another method's is refused by the schema, naming its owner; so is, always, an override's."""
+    from mtft.adapters import METHODS
+
+    section = raw.get("model", {}).get("adapter") if isinstance(raw.get("model"), dict) else None
+    if not isinstance(section, dict):
+        return
+    written = section.get("method", DEFAULT_ADAPTER)
+    method = overrides.get("model.adapter.method", written)
+    try:
+        own, written_own = (set((METHODS.options_model(m) or BaseModel).model_fields) for m in (method, written))
+    except (TypeError, ValueError):
+        return  # an unknown method: its own error is the one reported
+    if method != written or not written_own or set(section) == FLAT_ADAPTER_KEYS:
+        for key in [key for key in section if key != "method" and key not in own]:
+            del section[key]
 
 
 def read_yaml_mapping(path: Path) -> dict[str, Any]:
@@ -150,8 +179,13 @@ def _model_of(annotation: Any) -> type[BaseModel] | None:
 
 def iter_options(model: type[BaseModel] = RunConfig, prefix: str = "") -> Iterator[tuple[str, str, Any, str]]:
     """(key, type, default, help) for every leaf option, for ``--help``."""
+    nested = getattr(model, "nested_help", None)  # keys whose schema depends on another key
     for name, field in model.model_fields.items():
         key = f"{prefix}{name}"
+        if field.exclude:  # typed from the keys beside it (model.adapter's options): those are listed instead
+            for option, annotation, option_default, description in nested(name) if nested else []:
+                yield f"{prefix}{option}", _type_name(annotation), option_default, description
+            continue
         sub = _model_of(field.annotation)
         if sub is not None:
             list_of = typing.get_origin(field.annotation) is list
@@ -159,7 +193,6 @@ def iter_options(model: type[BaseModel] = RunConfig, prefix: str = "") -> Iterat
             continue
         default = "required" if field.is_required() else field.get_default(call_default_factory=True)
         yield key, _type_name(field.annotation), default, field.description or ""
-        nested = getattr(model, "nested_help", None)  # keys inside a mapping whose schema depends on another key
         for option, annotation, option_default, description in nested(name) if nested else []:
             yield f"{key}.{option}", _type_name(annotation), option_default, description
 

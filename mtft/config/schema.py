@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from mtft.core.errors import shorten
 from mtft.core.paths import name_value
@@ -69,31 +77,46 @@ class TinyEncoderSection(Section):
         return self
 
 
+#: the keys of ``model.adapter`` before each method owned its options: a config.yaml mtft wrote then holds them all
+FLAT_ADAPTER_KEYS = frozenset({"method", "granularity", "r", "alpha", "dropout", "target_modules", "init_a"})
+
+
 class AdapterSection(Section):
+    """``model.adapter``: the method, and beside it the keys of the method's own options (its ``Options`` model,
+    :mod:`mtft.adapters.options`), typed as ``options``. A key of another method's is refused in one line naming
+    its owner; which keys a config file may hold for the methods its command lines switch to is the loader's
+    business (:func:`mtft.config.load.adapter_options_follow_method`)."""
+
     method: str = Field(
         "full",
         description="full: fine-tune every encoder weight; head: frozen encoder, heads only; multi_lora: "
         "Shared-A Multi-LoRA -- one frozen random A shared by all tasks, one trained B per task; "
         "lora: PEFT LoRA with a separate A and B per task (mixed batches routed through PEFT's per-adapter "
-        "sub-batches); or module:Class, a subclass of mtft.adapters.AdapterMethod of one's own.",
+        "sub-batches); or module:Class, a subclass of mtft.adapters.AdapterMethod of one's own. The method's "
+        "options sit beside it (model.adapter.r, ...), each listed below with its method.",
     )
-    granularity: Literal["task", "objective"] = Field(
-        "task",
-        description="multi_lora: one B per task, or one B per loss objective (weighting.objectives); "
-        "with objective, every evaluated (task, language) must be a training objective.",
-    )
-    r: int = Field(8, ge=1, description="LoRA rank (multi_lora, lora).")
-    alpha: float = Field(16.0, gt=0.0, description="LoRA alpha; the update is scaled by alpha / r.")
-    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="LoRA dropout on the adapter's input.")
-    target_modules: list[str] = Field(
-        default_factory=lambda: ["query", "value"],
-        description="Layers to adapt, matched by PEFT's rules (a name suffix, e.g. query, value, dense).",
-    )
-    init_a: Literal["peft", "gaussian"] = Field(
-        "peft",
-        description="Initialisation of the shared A: peft (PEFT's default, trains at usual learning "
-        "rates) or gaussian (i.i.d. N(0,1), the paper's Algorithm 1).",
-    )
+    # typed by the method's Options from the keys beside method; written back beside it (not a key of its own)
+    options: Any = Field(None, exclude=True, description="The method's options, typed.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _typed_options(cls, data: Any) -> Any:
+        from mtft.adapters import adapter_options, get_method
+
+        if not isinstance(data, dict):
+            return data
+        method = data.get("method", cls.model_fields["method"].default)
+        given = {key: value for key, value in data.items() if key != "method"}
+        if set(given) == {"options"} and not isinstance(given["options"], dict):
+            return data  # a section already typed (model_copy, or a section passed in whole)
+        try:
+            get_method(method) if isinstance(method, str) else None
+        except ValueError:
+            return {"method": method}  # the method's own error is the one reported
+        try:
+            return {"method": method, "options": adapter_options(method, given)}
+        except ValueError as error:
+            raise ValueError(shorten(str(error))) from None
 
     @field_validator("method")
     @classmethod
@@ -102,6 +125,23 @@ class AdapterSection(Section):
 
         get_method(value)  # ValueError naming the valid choices
         return value
+
+    @model_serializer(mode="wrap")
+    def _options_beside_method(self, handler: Any, info: Any) -> dict[str, Any]:
+        options = self.options.model_dump(mode=info.mode) if self.options is not None else {}
+        return {**handler(self), **options}
+
+    @classmethod
+    def nested_help(cls, name: str) -> list[tuple[str, Any, Any, str]]:
+        """(key, type annotation, default, help) of every registered method's options, for ``--help``."""
+        from mtft.adapters import METHODS
+
+        if name != "options":
+            return []
+        return [
+            (option, field.annotation, field.get_default(call_default_factory=True), f"({method}) {field.description}")
+            for option, method, field in METHODS.option_fields()
+        ]
 
 
 class ModelSection(Section):
@@ -364,13 +404,9 @@ class WeightingSection(Section):
 
         if name != "options":
             return []
-        lines = []
-        for method, weighting in WEIGHTINGS.items():
-            for option, field in (weighting.Options.model_fields if weighting.Options else {}).items():
-                lines.append((option, method, field))
         return [
             (option, field.annotation, field.default, f"({method}) {field.description or ''}")
-            for option, method, field in lines
+            for option, method, field in WEIGHTINGS.option_fields()
         ]
 
     @model_validator(mode="after")

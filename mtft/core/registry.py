@@ -3,13 +3,18 @@
 A :class:`Registry` maps names to classes of one base class. Its rules are the same for every kind, as PEFT keeps
 one mapping of tuner classes and torchtune one ``_component_`` loader:
 
-- an entry is a class, or a lazy ``"module:Class"`` reference imported when first asked for (so that a run imports
-  only the plug-ins it uses);
+- one enrolment for every kind, in the kind's registry module: a name, the class or -- where importing it costs --
+  a *loader* (:meth:`Registry.lazy`: a function whose own ``import`` statement brings the class when it is first
+  asked for, so that a run imports only the plug-ins it uses and import-linter still sees the import), and its
+  typed options (``Options``, a pydantic model; known without importing a lazy class when enrolled with it);
+- outside code adds its own with :meth:`Registry.register` (a class decorator) or :meth:`Registry.add` (a class or a
+  ``"module:Class"`` reference, imported when first asked for);
 - a name taken by another class is refused (registering the same class again, e.g. on re-importing its module, is
   a no-op); a name is a non-empty string without ``:``;
 - every class, registered or loaded, is checked to be a subclass of the registry's base;
 - where the kind allows it, a ``module:Class`` that is not registered is imported on demand (nothing to register);
-- every failure is one ValueError line, and an unknown name's lists the valid names.
+- every failure is one ValueError line, and an unknown name's lists the valid names; an option that the chosen
+  class does not take names the classes that do (:meth:`Registry.options`).
 
 The base may itself be a lazy ``"module:Class"``, so that a registry in a low layer names a base class without
 importing it before it is needed.
@@ -23,12 +28,30 @@ import importlib
 import sys
 from typing import Any, Callable, Generic, Iterator, Mapping, Optional, TypeVar, Union
 
+from pydantic import BaseModel, ValidationError
+
+from mtft.core.errors import echo, shorten
+
 T = TypeVar("T")
-Entry = Union[type, str]
+
+
+class Lazy:
+    """A class enrolled by its loader: ``load()`` imports it (an ``import`` statement inside the loader, which
+    import-linter reads as any other); ``options`` is its ``Options`` model and ``about`` a line saying what it
+    does, where they are to be known without importing it."""
+
+    def __init__(self, load: Callable[[], type], options: Optional[type[BaseModel]] = None, about: str = ""):
+        self.load, self.options, self.about = load, options, about
+
+
+Entry = Union[type, str, Lazy]
 
 
 def qualified(entry: Entry) -> str:
-    """``module.Class`` of a class or of a lazy ``module:Class`` reference (the same for both)."""
+    """``module.Class`` of a class or of a lazy ``module:Class`` reference (the same for both); a loader's class is
+    imported to name it."""
+    if isinstance(entry, Lazy):
+        entry = entry.load()
     return entry.replace(":", ".") if isinstance(entry, str) else f"{entry.__module__}.{entry.__qualname__}"
 
 
@@ -106,10 +129,11 @@ class Registry(Generic[T]):
 
     # -- registering --------------------------------------------------------------------------------------
     def add(self, name: str, entry: Entry) -> None:
-        """Register ``entry`` (a class or ``module:Class``) as ``name``; ValueError on a name taken by another."""
+        """Register ``entry`` (a class, a :class:`Lazy` loader or ``module:Class``) as ``name``; ValueError on a
+        name taken by another."""
         if not isinstance(name, str) or not name or ":" in name:
             raise ValueError(f"{self.kind} {qualified(entry)}: needs a name without ':', got {name!r}")
-        if not isinstance(entry, str):
+        if isinstance(entry, type):
             try:
                 entry = self.checked(entry)
             except ValueError as error:
@@ -117,8 +141,22 @@ class Registry(Generic[T]):
         taken = self._entries.get(name)
         if taken is not None and qualified(taken) != qualified(entry):
             raise ValueError(f"{self.kind} name {name!r} is taken by {qualified(taken)}")
-        if taken is None or isinstance(taken, str):
+        if taken is None or not isinstance(taken, type):
             self._entries[name] = entry
+
+    def lazy(
+        self, name: str, options: Optional[type[BaseModel]] = None, about: str = ""
+    ) -> Callable[[Callable[[], type]], Lazy]:
+        """Decorator of a loader: enrol, as ``name``, the class it imports and returns when first asked for, with
+        its ``Options`` model ``options`` (checked against the class on loading) and a line ``about`` it, both
+        known without the import."""
+
+        def enrol(load: Callable[[], type]) -> Lazy:
+            entry = Lazy(load, options, about)
+            self.add(name, entry)
+            return entry
+
+        return enrol
 
     def register(self, cls: type[T]) -> type[T]:
         """Class decorator: register ``cls`` under its class attribute ``name``."""
@@ -181,6 +219,55 @@ class Registry(Generic[T]):
     def restore(self, entries: Mapping[str, Entry]) -> None:
         self._entries = dict(entries)
 
+    # -- typed options ------------------------------------------------------------------------------------
+    def options_model(self, name: str) -> Optional[type[BaseModel]]:
+        """The ``Options`` model of ``name`` (None: the class has none), without importing a loader enrolled with
+        it."""
+        entry = self._entries.get(name)
+        if isinstance(entry, Lazy) and entry.options is not None:
+            return entry.options
+        return getattr(self.get(name), "Options", None)
+
+    def about(self, name: str) -> str:
+        """The line enrolled with ``name``, else the first line of its class's docstring (imports it)."""
+        entry = self._entries.get(name)
+        if isinstance(entry, Lazy) and entry.about:
+            return entry.about
+        return (self.get(name).__doc__ or "").strip().split("\n")[0]
+
+    def option_fields(self) -> list[tuple[str, str, Any]]:
+        """(option, name, pydantic FieldInfo) of every registered class's options, for ``--help``."""
+        return [
+            (option, name, field)
+            for name in self.names()
+            for option, field in (self._quiet_options(name) or BaseModel).model_fields.items()
+        ]
+
+    def typed_options(self, name: str, given: Mapping[str, Any]) -> BaseModel:
+        """``given`` validated by the ``Options`` of ``name`` (which must have one). One ValueError line naming the
+        bad option: a foreign one with the classes that take it and the valid ones, an ill-typed one with why."""
+        model = self.options_model(name)
+        if model is None:
+            raise ValueError(f"{self.kind} {name!r} declares no Options")
+        try:
+            return model.model_validate(dict(given))
+        except ValidationError as exc:
+            error = exc.errors()[0]
+        key = ".".join(str(part) for part in error["loc"])
+        if error["type"] == "extra_forbidden":
+            owners = [other for other in self.names() if key in (self._quiet_options(other) or BaseModel).model_fields]
+            of = f" (an option of {', '.join(owners)})" if owners else ""
+            valid = f"valid options: {', '.join(model.model_fields) or 'none'}"
+            raise ValueError(f"{key!r} is not an option of {self.kind} {name!r}{of}; {valid}")
+        message = shorten(error["msg"]).removeprefix("Value error, ")
+        raise ValueError(f"{self.kind} {name!r}, option {key!r}: {message} (got {echo(error['input'])})")
+
+    def _quiet_options(self, name: str) -> Optional[type[BaseModel]]:
+        try:  # a plug-in that cannot be loaded now (refused, broken) owns no option
+            return self.options_model(name)
+        except ValueError:
+            return None
+
     # -- the rules ----------------------------------------------------------------------------------------
     @property
     def base(self) -> type:
@@ -189,6 +276,11 @@ class Registry(Generic[T]):
         return self._base
 
     def _load(self, entry: Entry) -> type[T]:
+        if isinstance(entry, Lazy):
+            cls = self.checked(entry.load())
+            if entry.options is not None and getattr(cls, "Options", None) is not entry.options:
+                raise ValueError(f"{qualified(cls)}.Options is not {qualified(entry.options)}, as enrolled")
+            return cls
         if not isinstance(entry, str):
             return entry
         return self.checked(import_reference(entry))

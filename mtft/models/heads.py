@@ -16,7 +16,7 @@ The head owns three things (the task owns the data, see :mod:`mtft.tasks.base`):
 Rows holding several sequences (multiple choice) are expanded by the batch builder into one encoder row per
 sequence; ``group_index`` then says which encoder rows form one example (see ``tasks/README.md``).
 
-Each head kind is paired with the task kind that writes its labels in :data:`mtft.tasks.kinds.KINDS`, which
+Each head kind is paired with the task kind that writes its labels in :mod:`mtft.tasks.kinds`, which
 builds heads by kind (:func:`mtft.tasks.kinds.build_head`).
 """
 

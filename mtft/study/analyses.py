@@ -3,8 +3,9 @@
 An analysis adds numbers to every complete run's record (read from the run directory, like the run summaries of
 :mod:`mtft.study.collect`), so that they are aggregated, tabled and plotted with the rest; and, once the study is
 aggregated, writes its own files under ``<study>/analyses/<name>/`` (one folder, written whole) and a section of
-study.md. The runner asks the registry, never a name: a new analysis is a :class:`StudyAnalysis` subclass listed in
-:data:`REGISTRY` (a :class:`mtft.core.registry.Registry`), or named ``package.module:Class`` in the study file.
+study.md. The runner asks the registry, never a name: a new analysis is a :class:`StudyAnalysis` subclass enrolled
+in :data:`REGISTRY` (a :class:`mtft.core.registry.Registry`, by a loader: an analysis imports its plotting only when
+a study asks for it), or named ``package.module:Class`` in the study file.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from mtft.core.atomic import AtomicFolder
-from mtft.core.errors import ConfigError, shorten
+from mtft.core.errors import ConfigError
 from mtft.core.registry import Registry
 from mtft.study.aggregate import StudyResults
 from mtft.study.plots import slug
@@ -47,26 +48,28 @@ class StudyAnalysis:
         return []
 
 
-#: name -> ``module:Class``, imported when a study asks for it
-REGISTRY: Registry[StudyAnalysis] = Registry(
-    "analysis",
-    StudyAnalysis,
-    {
-        "overtraining": "mtft.study.overtraining:OvertrainingAnalysis",
-        "spread": "mtft.study.spread:SpreadAnalysis",
-    },
-)
+REGISTRY: Registry[StudyAnalysis] = Registry("analysis", StudyAnalysis)
+
+
+@REGISTRY.lazy("overtraining")
+def _overtraining() -> type:
+    from mtft.study.overtraining import OvertrainingAnalysis
+
+    return OvertrainingAnalysis
+
+
+@REGISTRY.lazy("spread")
+def _spread() -> type:
+    from mtft.study.spread import SpreadAnalysis
+
+    return SpreadAnalysis
 
 
 def build_analysis(name: str, options: dict[str, Any]) -> StudyAnalysis:
-    """The analysis ``name`` (a registered name or ``module:Class``); bad options raise ValueError in one line."""
+    """The analysis ``name`` (a registered name or ``module:Class``); bad options raise ValueError in one line
+    (:meth:`mtft.core.registry.Registry.typed_options`: a foreign option names the analyses that take it)."""
     cls = REGISTRY.get(name)
-    try:
-        return cls(options)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        key = ".".join(str(p) for p in err["loc"])
-        raise ValueError(f"analysis {name!r}: option {key!r}: {shorten(err['msg'])}") from None
+    return cls(REGISTRY.typed_options(name, options or {}).model_dump(exclude_unset=True))
 
 
 def build_analyses(requested: dict[str, dict[str, Any]], axes: list[str]) -> dict[str, StudyAnalysis]:

@@ -18,7 +18,13 @@ from typing import Any, Optional
 import yaml
 
 from mtft.config.deepspeed import check_forgetting, read_deepspeed_json, use_bf16
-from mtft.config.load import config_to_yaml, read_yaml_mapping, set_dotted, validate_config
+from mtft.config.load import (
+    adapter_options_follow_method,
+    config_to_yaml,
+    read_yaml_mapping,
+    set_dotted,
+    validate_config,
+)
 from mtft.config.schema import RunConfig
 from mtft.core.errors import ConfigError, UserError
 from mtft.data.selection import check_tasks
@@ -117,6 +123,7 @@ def _planned(
     raw = copy.deepcopy(raw_base)
     try:
         _check_not_owned({**spec.overrides, **cell.overrides}, list(fixed))
+        adapter_options_follow_method(raw, {**spec.overrides, **cell.overrides})
         for key, value in {**spec.overrides, **cell.overrides, **fixed}.items():
             set_dotted(raw, key, copy.deepcopy(value))
         data = raw.get("data")

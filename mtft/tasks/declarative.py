@@ -18,15 +18,13 @@ from typing import Any, Optional
 
 from mtft.core.errors import ConfigError
 from mtft.core.paths import check_name
-from mtft.core.registry import Registry, check_plugin_import, import_reference
+from mtft.core.registry import check_plugin_import, import_reference
 from mtft.core.safe_yaml import load_yaml, read_text
 from mtft.core.templates import check_template
 from mtft.tasks.base import Task
-from mtft.tasks.kinds import task_kind
+from mtft.tasks.kinds import TASK_CLASSES, task_kind
 
 _NOT_IN_FILES = {"folder"}
-# The Task subclasses task files name with ``class:`` (none registered: each is checked as the registries check).
-TASK_PLUGINS: Registry[Task] = Registry("task class", Task)
 
 
 def read_task_spec(path: Path) -> Optional[dict[str, Any]]:
@@ -112,8 +110,8 @@ def _task_class(reference: str | None, path: Path, default: type[Task]) -> type[
         )
     try:
         if len(parts) > 1:
-            return TASK_PLUGINS.checked(import_reference(f"{module_name}:{class_name}"))
-        return TASK_PLUGINS.checked(getattr(_module_beside(module_name, reference, path), class_name, None))
+            return TASK_CLASSES.checked(import_reference(f"{module_name}:{class_name}"))
+        return TASK_CLASSES.checked(getattr(_module_beside(module_name, reference, path), class_name, None))
     except ValueError as exc:
         raise ConfigError(f"task file {path}: class {reference!r}: {exc}") from None
 

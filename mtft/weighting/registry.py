@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from pydantic import ValidationError
-
-from mtft.core.errors import echo, shorten
+from mtft.core.errors import echo
 from mtft.core.registry import Registry
 from mtft.weighting.base import Weighting
 from mtft.weighting.cagrad import CAGrad
@@ -58,8 +56,8 @@ def weighting_class(method: str) -> type[Weighting]:
 def weighting_options(method: str, options: Mapping[str, Any]) -> dict[str, Any]:
     """``options`` checked against the ``Options`` model of the weighting ``method`` selects: the options given,
     typed (defaults are the constructor's, not written out). One ValueError line naming the bad option and the valid
-    ones; an option that another weighting takes says which. A class of one's own without ``Options`` is
-    constructed to check them."""
+    ones; an option that another weighting takes says which (:meth:`mtft.core.registry.Registry.typed_options`). A
+    class of one's own without ``Options`` is constructed to check them."""
     cls = weighting_class(method)
     if cls.Options is None:
         try:
@@ -67,18 +65,7 @@ def weighting_options(method: str, options: Mapping[str, Any]) -> dict[str, Any]
         except (TypeError, ValueError) as error:
             raise ValueError(f"options {echo(dict(options))} do not fit weighting {method!r}: {error}") from None
         return dict(options)
-    valid = f"valid options: {', '.join(cls.Options.model_fields) or 'none'}"
-    try:
-        given = cls.Options.model_validate(dict(options)).model_dump(exclude_unset=True)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        key = ".".join(str(part) for part in error["loc"])
-        if error["type"] == "extra_forbidden":
-            others = [name for name, other in WEIGHTINGS.items() if other.Options and key in other.Options.model_fields]
-            of = f" (an option of {', '.join(others)})" if others else ""
-            raise ValueError(f"{key!r} is not an option of weighting {method!r}{of}; {valid}") from None
-        message = shorten(error["msg"]).removeprefix("Value error, ")
-        raise ValueError(f"weighting {method!r}, option {key!r}: {message} (got {echo(error['input'])})") from None
+    given = WEIGHTINGS.typed_options(method, options).model_dump(exclude_unset=True)
     try:
         cls(**given)  # the constructor's own checks
     except (TypeError, ValueError) as error:

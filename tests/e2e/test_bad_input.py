@@ -94,6 +94,11 @@ FAST = {
         "'floor' is not an option of weighting 'mean' (an option of lfmlf, mgda_normalized)",
     ),
     "unknown-adapter": ([*BASE, "model.adapter.method=nope"], {}, "model.adapter.method"),
+    "adapter-option-of-another": (
+        [*BASE, "weighting.method=mean", "model.adapter.method=lora", "model.adapter.init_a=gaussian"],
+        {},
+        "model.adapter: 'init_a' is not an option of adapter method 'lora' (an option of multi_lora)",
+    ),
     "eval-split": ([*BASE, "evaluation.split=train"], {}, "evaluation.split"),
     "deepspeed-missing": ([*BASE, "training.deepspeed_config={tmp}/none.json"], {}, "not found"),
     "deepspeed-bad-json": ([*BASE, "training.deepspeed_config={tmp}/ds.json"], {"ds.json": "{nope"}, "ds.json"),

@@ -6,15 +6,16 @@ from typing import Sequence
 
 from torch import nn
 
-from mtft.adapters.base import AdapterMethod, register_method
+from mtft.adapters.base import AdapterMethod
 from mtft.adapters.full.displacement import FullDisplacement
+from mtft.adapters.options import AdapterOptions
 
 
-@register_method
 class FullFineTuning(AdapterMethod):
     """Every encoder weight trains: the encoder is left as built (trainable), no routing, one model to monitor."""
 
     name = "full"
+    Options = AdapterOptions
     monitors_off = None
     trains_encoder = True
 

@@ -9,18 +9,20 @@ import torch
 from peft.tuners.lora import LoraLayer
 from torch import nn
 
-from mtft.adapters.base import AdapterMethod, register_method
+from mtft.adapters.base import AdapterMethod
 from mtft.adapters.lora.displacement import PeftLoraDisplacement
 from mtft.adapters.lora.model import inject_lora
+from mtft.adapters.options import LoraOptions
 from mtft.adapters.peft_config import peft_lora_config
 
 
-@register_method
 class PeftLora(AdapterMethod):
     """One PEFT LoRA adapter (A_i, B_i) per task, rows routed to their task's adapter; every task's adapter is
     its own model θ_i = W0 + s·B_i·A_i for the forgetting monitors, and exports as it is."""
 
     name = "lora"
+    Options = LoraOptions
+    options: LoraOptions
     # PEFT applies each adapter to a sub-batch of its own rows (x[rows] -> lora_A -> lora_B), so the per-objective
     # gradient hooks, which attribute the rows of a layer's whole input, cannot see them.
     supports_gram = False
@@ -46,8 +48,7 @@ class PeftLora(AdapterMethod):
         return PeftLoraDisplacement(encoder, self.slots(task_names, objective_names))
 
     def peft_config(self) -> peft.LoraConfig:
-        o = self.options
-        return peft_lora_config(o.r, o.alpha, o.dropout, o.target_modules)
+        return peft_lora_config(self.options)
 
     def adapter_weights(
         self, encoder: nn.Module, slot: int, slot_name: str

@@ -8,19 +8,21 @@ import peft
 import torch
 from torch import nn
 
-from mtft.adapters.base import AdapterMethod, register_method
-from mtft.adapters.multi_lora.config import MultiLoraConfig
+from mtft.adapters.base import AdapterMethod
 from mtft.adapters.multi_lora.displacement import MultiLoraDisplacement
 from mtft.adapters.multi_lora.layer import MultiLoraLinear
 from mtft.adapters.multi_lora.model import inject_multi_lora, multi_lora_layers
+from mtft.adapters.options import MultiLoraOptions
+from mtft.adapters.peft_config import peft_lora_config
 
 
-@register_method
 class MultiLora(AdapterMethod):
     """Shared-A Multi-LoRA, one B per task or, with ``granularity: objective``, per loss objective. Every slot's
     B is a block of one stacked parameter, so a Gram counts the blocks that several objectives train."""
 
     name = "multi_lora"
+    Options = MultiLoraOptions
+    options: MultiLoraOptions
     monitors_off = None
     exports_lora = True
 
@@ -28,14 +30,9 @@ class MultiLora(AdapterMethod):
     def routing(self) -> Optional[str]:
         return self.options.granularity
 
-    def config(self) -> MultiLoraConfig:
-        o = self.options
-        targets = o.target_modules if isinstance(o.target_modules, str) else list(o.target_modules)
-        return MultiLoraConfig(o.r, o.alpha, o.dropout, targets, o.init_a)
-
     def inject(self, encoder: nn.Module, task_names: list[str], objective_names: list[str], seed: int) -> None:
         slots = len(self.slots(task_names, objective_names))
-        inject_multi_lora(encoder, self.config(), slots, seed, route_by=self.routing)
+        inject_multi_lora(encoder, self.options, slots, seed, route_by=self.routing)
 
     def shared_rows(
         self, model: nn.Module, task_users: Sequence[int], num_objectives: int
@@ -51,7 +48,7 @@ class MultiLora(AdapterMethod):
         return MultiLoraDisplacement(encoder, self.slots(task_names, objective_names))
 
     def peft_config(self) -> peft.LoraConfig:
-        return self.config().as_peft()
+        return peft_lora_config(self.options)
 
     def adapter_weights(
         self, encoder: nn.Module, slot: int, slot_name: str

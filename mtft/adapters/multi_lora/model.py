@@ -6,18 +6,19 @@ import torch
 from peft.tuners.tuners_utils import check_target_module_exists
 from torch import nn
 
-from mtft.adapters.multi_lora.config import MultiLoraConfig
 from mtft.adapters.multi_lora.layer import MultiLoraLinear
+from mtft.adapters.options import MultiLoraOptions
+from mtft.adapters.peft_config import peft_lora_config
 
 
 def inject_multi_lora(
-    encoder: nn.Module, config: MultiLoraConfig, num_adapters: int, seed: int, route_by: str = "task"
+    encoder: nn.Module, config: MultiLoraOptions, num_adapters: int, seed: int, route_by: str = "task"
 ) -> list[str]:
     """Freeze ``encoder`` and replace every targeted ``nn.Linear`` by a :class:`MultiLoraLinear` in place.
 
     Returns the names of the adapted layers; an empty match is an error (a typo in target_modules would
     otherwise silently train nothing but the heads)."""
-    peft_config = config.as_peft()
+    peft_config = peft_lora_config(config)
     encoder.requires_grad_(False)
     generator = torch.Generator().manual_seed(seed)
     names = [

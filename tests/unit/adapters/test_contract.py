@@ -28,8 +28,11 @@ OBJECTIVES = ["b/en", "a/en", "a/de"]  # MIXED's objectives 0, 1, 2 are rows of 
 TEXTS = ["alpha beta", "gamma delta epsilon", "zeta", "eta theta alpha", "beta beta", "delta"]
 
 
-def options(name: str, granularity: str) -> AdapterSection:
-    return AdapterSection(method=name, granularity=granularity, r=4, alpha=8.0, target_modules=["query", "value"])
+def options(name: str, granularity: str, **given) -> AdapterSection:
+    """The section of method ``name``: the options of this contract's cases that the method takes."""
+    given = {"granularity": granularity, "r": 4, "alpha": 8.0, "target_modules": ["query", "value"], **given}
+    own = METHODS.options_model(name).model_fields
+    return AdapterSection(method=name, **{key: value for key, value in given.items() if key in own})
 
 
 def cases() -> list[tuple[str, str]]:
@@ -118,7 +121,7 @@ def test_apply_is_deterministic_and_names_its_slots(tmp_path, name, granularity)
     assert list(state) == list(other) and all(torch.equal(state[k], other[k]) for k in state)
     if method.routing is not None:  # an adapter whose targets match nothing is a config error, not silence
         with pytest.raises(ConfigError, match="model.adapter: .*qkv"):
-            build_method(AdapterSection(method=name, granularity=granularity, target_modules=["qkv"])).apply(
+            build_method(options(name, granularity, target_modules=["qkv"])).apply(
                 tiny_model(tmp_path)[0].encoder, TASKS, OBJECTIVES, 0
             )
 
@@ -177,7 +180,7 @@ def test_per_objective_gradients_equal_the_float64_reference_or_gram_weightings_
     raw = {
         "data": {"tasks": [{"name": "xnli"}]},
         "weighting": {"method": "lfmlf"},
-        "model": {"adapter": {"method": name, "granularity": granularity}},
+        "model": {"adapter": options(name, granularity).model_dump(mode="json")},
     }
     method = build_method(options(name, granularity))
     if not method.supports_gram:

@@ -10,7 +10,8 @@ from transformers import AutoModel, RobertaConfig
 
 from mtft.adapters import parameter_table
 from mtft.adapters.lora import inject_lora, lora_layers
-from mtft.adapters.multi_lora import MultiLoraConfig, MultiLoraLinear, inject_multi_lora, multi_lora_layers
+from mtft.adapters.multi_lora import MultiLoraLinear, inject_multi_lora, multi_lora_layers
+from mtft.adapters.options import MultiLoraOptions
 from mtft.core.rows import labelled_rows
 from mtft.models.heads import SequenceClassificationHead
 from mtft.models.multitask import MultiTaskModel
@@ -25,7 +26,7 @@ def roberta_base_on_meta():
 def test_roberta_base_parameter_identity():
     """Paper Table 1: RoBERTa-base, r = 8, query/value of all 12 layers, 8 tasks."""
     encoder = roberta_base_on_meta()
-    names = inject_multi_lora(encoder, MultiLoraConfig(r=8), num_adapters=8, seed=0)
+    names = inject_multi_lora(encoder, MultiLoraOptions(r=8), num_adapters=8, seed=0)
     assert len(names) == 24
     stored = sum(p.numel() for n, p in encoder.named_parameters() if ".lora_" in n)
     trainable = sum(p.numel() for p in encoder.parameters() if p.requires_grad)
@@ -47,7 +48,7 @@ def routed_model(tmp_path, tasks=3):
     model, tok = tiny_model(tmp_path, num_objectives=tasks)
     model.heads = torch.nn.ModuleDict({f"t{i}": SequenceClassificationHead(64, ["x", "y"], 0.0) for i in range(tasks)})
     model = MultiTaskModel(model.encoder, dict(model.heads), tasks)
-    inject_multi_lora(model.encoder, MultiLoraConfig(r=4, target_modules=["query", "value", "dense"]), tasks, seed=1)
+    inject_multi_lora(model.encoder, MultiLoraOptions(r=4, target_modules=["query", "value", "dense"]), tasks, seed=1)
     for layer in multi_lora_layers(model):
         torch.nn.init.normal_(layer.lora_B.weight, std=0.5)
     enc = tok(
@@ -125,7 +126,7 @@ def test_adapter_outside_routing_and_bad_targets_fail_clearly(tmp_path):
     with pytest.raises(RuntimeError, match=r"outside labelled_rows\(task=...\)"):
         model.encoder(**enc)
     with pytest.raises(ValueError, match="matches no linear layer"):
-        inject_multi_lora(roberta_base_on_meta(), MultiLoraConfig(target_modules=["qkv"]), 2, 0)
+        inject_multi_lora(roberta_base_on_meta(), MultiLoraOptions(target_modules=["qkv"]), 2, 0)
 
 
 def test_gaussian_init_is_standard_normal_and_peft_init_is_kaiming_uniform():

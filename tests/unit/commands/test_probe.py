@@ -11,7 +11,8 @@ import torch
 from safetensors.torch import save_file
 from transformers import AutoModel, AutoModelForMaskedLM, XLMRobertaConfig
 
-from mtft.adapters.multi_lora import MultiLoraConfig, inject_multi_lora, multi_lora_layers
+from mtft.adapters.multi_lora import inject_multi_lora, multi_lora_layers
+from mtft.adapters.options import MultiLoraOptions
 from mtft.commands.probe import ProbeInputError, build_parser, main
 from mtft.config import load_config
 from mtft.forgetting.corpus import build_eval_set
@@ -73,7 +74,7 @@ def objective_run(tmp_path):
     plain = copy.deepcopy(encoder)
     save_encoder_files(run_dir, encoder, tok)
     inject_multi_lora(
-        encoder, MultiLoraConfig(r=4, target_modules=["query", "value"]), len(OBJECTIVES), seed=0, route_by="objective"
+        encoder, MultiLoraOptions(r=4, target_modules=["query", "value"]), len(OBJECTIVES), seed=0, route_by="objective"
     )
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():

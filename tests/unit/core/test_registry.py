@@ -12,7 +12,6 @@ import pytest
 from mtft.adapters import METHODS
 from mtft.core.registry import Registry, plugin_code
 from mtft.study.analyses import REGISTRY as ANALYSES
-from mtft.tasks.declarative import TASK_PLUGINS
 from mtft.tasks.kinds import HEAD_CLASSES, TASK_CLASSES, register_kind
 from mtft.weighting import WEIGHTINGS
 
@@ -23,7 +22,6 @@ KINDS = {
     "analysis": (ANALYSES, "mtft.study.analyses", "StudyAnalysis"),
     "head kind (task)": (TASK_CLASSES, "mtft.tasks.base", "Task"),
     "head kind (head)": (HEAD_CLASSES, "mtft.models.heads", "Head"),
-    "task file class": (TASK_PLUGINS, "mtft.tasks.base", "Task"),
 }
 PLUGIN = """
 from {module} import {base}
@@ -153,3 +151,53 @@ def test_a_head_kind_registers_both_halves_or_neither():
     finally:
         TASK_CLASSES.restore(saved[0])
         HEAD_CLASSES.restore(saved[1])
+
+
+# -- one enrolment: a loader with its Options -------------------------------------------------------------------
+def test_a_loader_is_imported_only_when_asked_for_and_its_options_are_known_before(kind):
+    import importlib
+
+    from pydantic import BaseModel
+
+    registry, module = kind
+    calls = []
+
+    class Options(BaseModel):
+        size: int = 1
+
+    @registry.lazy("loaded_later", options=Options, about="a plug-in loaded later")
+    def _load():
+        calls.append(1)
+        return type("Later", (importlib.import_module(module).Plugin,), {"Options": Options})
+
+    assert registry.about("loaded_later") == "a plug-in loaded later"
+    assert registry.options_model("loaded_later") is Options and not calls  # no import to know the options
+    assert registry.get("loaded_later").Options is Options and calls == [1]
+    assert registry.get("loaded_later") is registry.get("loaded_later") and calls == [1]  # loaded once
+
+
+def test_a_loader_whose_class_has_other_options_than_enrolled_is_refused(kind):
+    import importlib
+
+    from pydantic import BaseModel
+
+    registry, module = kind
+    registry.lazy("mismatch", options=BaseModel)(
+        lambda: type("Bad", (importlib.import_module(module).Plugin,), {"Options": None})
+    )
+    with pytest.raises(ValueError, match=r"'mismatch': .*Bad.Options is not pydantic.main.BaseModel, as enrolled$"):
+        registry.get("mismatch")
+
+
+@pytest.mark.parametrize("registry", [METHODS, WEIGHTINGS, ANALYSES], ids=lambda r: r.kind)
+def test_a_foreign_option_names_the_registered_classes_that_take_it(registry):
+    """Registry.typed_options, the one rule of every kind with options: one line, the owners, the valid options."""
+    fields = {name: set((registry.options_model(name) or object).__dict__.get("model_fields", {})) for name in registry}
+    for name in registry:
+        for other in registry:
+            for option in sorted(fields[other] - fields[name])[:1]:
+                with pytest.raises(ValueError) as error:
+                    registry.typed_options(name, {option: None})
+                message = str(error.value)
+                assert message.startswith(f"{option!r} is not an option of {registry.kind} {name!r} (an option of ")
+                assert other in message.split("(an option of ")[1] and "; valid options: " in message

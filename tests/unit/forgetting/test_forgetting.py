@@ -12,8 +12,9 @@ from torch import nn
 from transformers import AutoModel, AutoModelForMaskedLM, XLMRobertaConfig
 
 from mtft.adapters.full import FullDisplacement
-from mtft.adapters.multi_lora import MultiLoraConfig, inject_multi_lora, multi_lora_layers
 from mtft.adapters.multi_lora import MultiLoraDisplacement as LoraDisplacement
+from mtft.adapters.multi_lora import inject_multi_lora, multi_lora_layers
+from mtft.adapters.options import MultiLoraOptions
 from mtft.config import validate_config
 from mtft.config.schema import ForgettingSection
 from mtft.forgetting.corpus import build_eval_set
@@ -274,7 +275,7 @@ def test_probe_restores_weights_bit_exactly_and_scales_noise_by_init_std(tmp_pat
 def lora_encoder(tmp_path):
     mlm, tok = tiny_mlm(tmp_path, dtype=torch.float64)
     encoder = mlm.encoder
-    inject_multi_lora(encoder, MultiLoraConfig(r=2, alpha=4.0, target_modules=["query", "value", "dense"]), 3, seed=0)
+    inject_multi_lora(encoder, MultiLoraOptions(r=2, alpha=4.0, target_modules=["query", "value", "dense"]), 3, seed=0)
     layers = multi_lora_layers(encoder)
     for layer in layers:
         nn.init.normal_(layer.lora_B.weight, std=0.3)

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from mtft.adapters import build_method
-from mtft.adapters.multi_lora import MultiLoraConfig, inject_multi_lora, multi_lora_layers
+from mtft.adapters.multi_lora import inject_multi_lora, multi_lora_layers
+from mtft.adapters.options import MultiLoraOptions
 from mtft.config.schema import AdapterSection
 from mtft.data.pipeline import Objective
 from mtft.gradients import PerObjectiveGradients, reference_objective_gradients
@@ -27,7 +28,7 @@ def adapted(tmp_path, route_by="task", slots=2):
     model, tok = tiny_model(tmp_path)
     inject_multi_lora(
         model.encoder,
-        MultiLoraConfig(r=4, target_modules=["query", "value", "output.dense"]),
+        MultiLoraOptions(r=4, target_modules=["query", "value", "output.dense"]),
         slots,
         seed=3,
         route_by=route_by,

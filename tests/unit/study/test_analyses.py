@@ -35,7 +35,7 @@ def test_a_registered_name_builds_its_analysis_with_options():
     "requested, message",
     [
         ({"nope": {}}, "unknown analysis 'nope'; valid choices: overtraining, spread; or module:Class"),
-        ({"overtraining": {"budget": 1}}, "analysis 'overtraining': option 'budget'"),
+        ({"overtraining": {"budget": 1}}, "'budget' is not an option of analysis 'overtraining'; valid options: "),
         ({"overtraining": {"tolerance": -1}}, "option 'tolerance'"),
         ({"overtraining": {}}, "budget_axis 'pretrain.tokens' is not an axis of the study (axes: lr)"),
         ({"no.such.module:X": {}}, "'no.such.module:X': cannot import 'no.such.module' (No module named 'no')"),

@@ -14,6 +14,7 @@ from transformers import AutoConfig, AutoModel, XLMRobertaConfig
 
 from mtft.adapters import build_method
 from mtft.config.load import config_to_yaml
+from mtft.config.schema import AdapterSection
 from mtft.core.atomic import AtomicFolder
 from mtft.core.errors import ConfigError
 from mtft.models.multitask import MultiTaskModel
@@ -74,7 +75,8 @@ def fake_run(tmp_path: Path, method: str) -> tuple[Path, Path]:
     weights of the model that method builds."""
     run_dir = tmp_path / method
     config = make_config()
-    adapter = config.model.adapter.model_copy(update={"method": method, "r": 2, "target_modules": ["query", "value"]})
+    lora = {"r": 2, "target_modules": ["query", "value"]} if "lora" in method else {}
+    adapter = AdapterSection(method=method, **lora)  # the method's own options, typed
     config = config.model_copy(update={"model": config.model.model_copy(update={"adapter": adapter})})
     run_dir.mkdir()
     (run_dir / "config.yaml").write_text(config_to_yaml(config), encoding="utf-8")

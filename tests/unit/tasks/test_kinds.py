@@ -7,10 +7,14 @@ import pytest
 import mtft.models.heads
 from mtft.models.heads import Head
 from mtft.tasks.base import Task
-from mtft.tasks.kinds import KINDS, build_head, head_class, task_kind
+from mtft.tasks.kinds import HEAD_CLASSES, TASK_CLASSES, build_head, head_class, task_kind
 
 
-@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_every_kind_is_enrolled_with_both_halves():
+    assert TASK_CLASSES.names() == HEAD_CLASSES.names()
+
+
+@pytest.mark.parametrize("kind", TASK_CLASSES.names())
 def test_every_kind_has_a_task_class_and_a_head_class_of_that_kind(kind):
     assert issubclass(task_kind(kind), Task)
     assert issubclass(head_class(kind), Head) and head_class(kind).kind == kind

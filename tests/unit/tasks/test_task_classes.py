@@ -80,8 +80,11 @@ def test_missing_modules_and_wrong_classes_are_refused(tmp_path):
         load_task_file(task_file(folder, "custom:CustomTask"))
     with pytest.raises(ConfigError, match=r"'mtft.nothing_here:X': cannot import 'mtft.nothing_here' \(No module"):
         load_task_file(task_file(folder, "mtft.nothing_here:X"))
-    with pytest.raises(ConfigError, match=r"'mtft.tasks.kinds:KINDS': \{.*\} is not a subclass of mtft.tasks.base.T"):
-        load_task_file(task_file(folder, "mtft.tasks.kinds:KINDS"))
+    with pytest.raises(
+        ConfigError,
+        match=r"'mtft.tasks.kinds:build_head': <function build_head .*> is not a subclass of mtft.tasks.base.T",
+    ):
+        load_task_file(task_file(folder, "mtft.tasks.kinds:build_head"))
 
 
 def test_built_in_tasks_name_library_classes_and_ship_no_code():
