@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from mtft.adapters.multi_lora import MultiLoraConfig, inject_multi_lora, multi_lora_layers
+from mtft.adapters.multi_lora import inject_multi_lora, multi_lora_layers
+from mtft.adapters.options import MultiLoraOptions
 from mtft.gradients import LayerwiseGradients, PerObjectiveGradients
 from mtft.training.gram_step import GramWeightedStep
 from mtft.weighting import build_weighting
@@ -25,7 +26,7 @@ def full(tmp_path):
 
 def multi_lora(tmp_path):
     model, tok = tiny_model(tmp_path)
-    inject_multi_lora(model.encoder, MultiLoraConfig(r=4, target_modules=["query", "value", "output.dense"]), 2, 3)
+    inject_multi_lora(model.encoder, MultiLoraOptions(r=4, target_modules=["query", "value", "output.dense"]), 2, 3)
     for layer in multi_lora_layers(model):
         torch.nn.init.normal_(layer.lora_B.weight, std=0.2)
     return model, tok
