@@ -9,6 +9,7 @@ import torch
 import yaml
 
 from mtft.adapters import AdapterMethod, build_method
+from mtft.config.load import load_config
 from mtft.config.paths import cache_dir
 from mtft.config.schema import ModelSection, RunConfig
 from mtft.core.atomic import AtomicFolder, marker
@@ -158,7 +159,7 @@ def check_output_dir(config: RunConfig) -> Optional[Path]:
             f"output directory {run_dir} holds another run; set run.resume=true to continue it, "
             "run.overwrite=true to replace it, or choose another run.output_dir"
         )
-    differences = _config_differences(yaml.safe_load(saved.read_text()), config.model_dump(mode="json"))
+    differences = _config_differences(_saved_config(saved), config.model_dump(mode="json"))
     if differences:
         raise ConfigError(f"cannot resume {run_dir}: the config differs at {', '.join(differences[:5])}")
     return ckpt.latest_checkpoint(run_dir)
@@ -168,6 +169,16 @@ def resumes_existing_run(config: RunConfig) -> bool:
     """Whether this run continues the run in its output directory (which it then leaves as it is) rather than
     writing a new one."""
     return config.run.resume and (Path(config.run.output_dir) / "config.yaml").is_file()
+
+
+def _saved_config(saved: Path) -> Any:
+    """The interrupted run's config as this version reads it: keys added since take their defaults, and the flat
+    adapter section of earlier versions keeps its method's options only (as loading it does). A config this version
+    no longer accepts is compared as written."""
+    try:
+        return load_config(saved).model_dump(mode="json")
+    except ConfigError:
+        return yaml.safe_load(saved.read_text())
 
 
 def _config_differences(old: Any, new: Any, path: tuple = ()) -> list[str]:
