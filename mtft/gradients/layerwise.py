@@ -33,7 +33,7 @@ combination of the global batch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Collection, Iterator, Optional, Sequence, cast
+from typing import Any, Collection, Iterable, Iterator, Optional, Sequence, cast
 
 import torch
 from torch import nn
@@ -70,15 +70,23 @@ class LayerProducts(FirstWriteProducts):
     ``keep``: the parameters to compute (others are skipped by the rules)."""
 
     def __init__(
-        self, keep: Sequence[torch.Tensor], sparse: set[torch.Tensor], num_objectives: int, dtype: torch.dtype
+        self,
+        keep: Sequence[torch.Tensor],
+        sparse: set[torch.Tensor],
+        num_objectives: int,
+        dtype: torch.dtype,
+        workspace: Optional["Workspace"] = None,
     ):
         self.dtype = dtype
         self.num_objectives = num_objectives
         self.params = list(keep)  # in the layer's own order
         self.keep = set(keep)
         self.dense: dict[torch.Tensor, torch.Tensor] = {}
+        self.workspace = workspace
         self.sparse: dict[torch.Tensor, RowSparseBuffer] = {
-            p: RowSparseBuffer(p, num_objectives, dtype) for p in keep if p in sparse
+            p: workspace.rows(p) if workspace is not None else RowSparseBuffer(p, num_objectives, dtype)
+            for p in keep
+            if p in sparse
         }
         self._written: set[tuple[torch.Tensor, int]] = set()
 
@@ -92,7 +100,10 @@ class LayerProducts(FirstWriteProducts):
         buffer = self.dense.get(param)
         if buffer is None:  # uninitialised: a first write overwrites, of() zeroes the rows never written
             shape = (self.num_objectives, *full_shape(param))
-            buffer = self.dense[param] = torch.empty(shape, dtype=self.dtype, device=param.device)
+            if self.workspace is not None:
+                buffer = self.dense[param] = self.workspace.take(shape, self.dense.values(), param.device)
+            else:
+                buffer = self.dense[param] = torch.empty(shape, dtype=self.dtype, device=param.device)
         first = (param, t) not in self._written
         self._written.add((param, t))
         return buffer[t], first
@@ -100,14 +111,44 @@ class LayerProducts(FirstWriteProducts):
     def of(self, param: torch.Tensor) -> torch.Tensor:
         """(T, *shape) products of a dense parameter (zeros where nothing was written)."""
         if param not in self.dense:
-            shape = (self.num_objectives, *full_shape(param))
-            self.dense[param] = torch.zeros(shape, dtype=self.dtype, device=param.device)
-            return self.dense[param]
+            self._target(param, 0)
+            self._written.discard((param, 0))
         buffer = self.dense[param]
         for t in range(self.num_objectives):
             if (param, t) not in self._written:
                 buffer[t].zero_()
                 self._written.add((param, t))
+        return buffer
+
+
+class Workspace:
+    """Memory the Gram and dot passes reuse from layer to layer and step to step: one flat scratch tensor for the
+    dense products of the layer in hand (as large as the largest layer's T × P_layer), and the row-sparse buffers of
+    each weight (kept at the size of their touched rows). Freshly allocated memory is paid for again at every first
+    touch of its pages; reused memory is not, and the peak stays one layer's."""
+
+    def __init__(self, num_objectives: int, dtype: torch.dtype, reuse_dense: bool = True):
+        """``reuse_dense=False``: dense products are fresh tensors (the combination returns them)."""
+        self.num_objectives, self.dtype, self.reuse_dense = num_objectives, dtype, reuse_dense
+        self.scratch = torch.empty(0, dtype=dtype)
+        self._rows: dict[torch.Tensor, RowSparseBuffer] = {}
+
+    def take(self, shape: tuple[int, ...], held: Iterable[torch.Tensor], device: torch.device) -> torch.Tensor:
+        """A (T, ...) tensor of ``shape`` placed after the layer's tensors ``held`` (uninitialised)."""
+        if not self.reuse_dense:
+            return torch.empty(shape, dtype=self.dtype, device=device)
+        start = sum(t.numel() for t in held)
+        size = int(torch.Size(shape).numel())
+        if self.scratch.numel() < start + size or self.scratch.device != device:
+            # grown once to the largest layer; the layer's earlier tensors keep the old storage until it is done
+            self.scratch = torch.empty(start + size, dtype=self.dtype, device=device)
+        return self.scratch[start : start + size].view(shape)
+
+    def rows(self, param: torch.Tensor) -> RowSparseBuffer:
+        buffer = self._rows.get(param)
+        if buffer is None:
+            buffer = self._rows[param] = RowSparseBuffer(param, self.num_objectives, self.dtype)
+        buffer.clear()
         return buffer
 
 
@@ -124,6 +165,8 @@ class LayerwiseGradients:
         self.rank, self.world_size = rank, world_size
         self.tape: dict[nn.Module, list[_Record]] = {}
         self.peak_layer_bytes = 0  # the largest layer's products held at once, since construction
+        self.workspace = Workspace(self.num_objectives, collector.dtype)
+        self.combine_workspace = Workspace(1, collector.dtype, reuse_dense=False)
         collector.recorder = self
 
     # -- the backward pass ------------------------------------------------------------------------------
@@ -147,7 +190,8 @@ class LayerwiseGradients:
             params = [p for p in module.parameters(recurse=False) if p in self.collector.names and p in keep]
             if not params:
                 continue
-            out = LayerProducts(params, set(self.collector.sparse), self.num_objectives, self.collector.dtype)
+            sparse = set(self.collector.sparse)
+            out = LayerProducts(params, sparse, self.num_objectives, self.collector.dtype, self.workspace)
             for record in self.tape.get(module, []):
                 record.rule.products(record.saved, record.segments, record.grad, out)
             held = sum(b.numel() * b.element_size() for b in out.dense.values())
@@ -229,7 +273,9 @@ class LayerwiseGradients:
         out: dict[torch.Tensor, torch.Tensor] = {}
         for module in self.collector.modules:
             params = [p for p in module.parameters(recurse=False) if p in self.collector.names]
-            products = LayerProducts(params, set(self.collector.sparse), 1, self.collector.dtype)
+            products = LayerProducts(
+                params, set(self.collector.sparse), 1, self.collector.dtype, self.combine_workspace
+            )
             for record in self.tape.get(module, []):
                 grad = _scaled(record, weights)
                 everyone = [(0, slice(0, grad.shape[record.dim]))]
