@@ -85,7 +85,7 @@ def prepare_input(task: Task, dataset: datasets.Dataset, where: str, offset: int
     if task.id_column and task.id_column not in dataset.column_names:
         dataset = dataset.add_column(task.id_column, [str(offset + i) for i in range(len(dataset))])
     if task.label_column not in dataset.column_names:
-        dataset = dataset.add_column(task.label_column, [placeholder_label(task, row) for row in dataset])
+        dataset = dataset.add_column(task.label_column, [placeholder(task, row) for row in dataset])
     rows = range(offset, offset + len(dataset))
     check_rows(task, dataset, where, rows)
     dataset = task.check_split(dataset, where, rows)
@@ -94,19 +94,7 @@ def prepare_input(task: Task, dataset: datasets.Dataset, where: str, offset: int
     return dataset
 
 
-def placeholder_label(task: Task, row: Mapping[str, Any]) -> Any:
-    """A label of ``task``'s form for ``row`` that encodes without error; never read by decoding."""
-    if task.hidden_label is not None:
-        return task.hidden_label
-    if task.head in ("sequence_classification", "multiple_choice"):
-        return 0
-    if task.head == "regression":
-        return 0.0
-    if task.head == "token_classification":
-        return [0] * len(row[task.text_columns[0]])
-    if task.head == "question_answering":  # the context's first character (an empty answer has no token span)
-        return {"text": [row[task.text_columns[-1]][:1]], "answer_start": [0]}
-    raise DataError(
-        f"task {task.name!r} ({task.head}): give its label column {task.label_column!r} too (any valid value: "
-        "predictions do not read it)"
-    )
+def placeholder(task: Task, row: Mapping[str, Any]) -> Any:
+    """The label an unlabelled input row is given: the task's withheld-label marker where it has one, else a label
+    of its kind's form (:meth:`mtft.tasks.base.Task.placeholder_label`); prediction never reads it."""
+    return task.hidden_label if task.hidden_label is not None else task.placeholder_label(row)

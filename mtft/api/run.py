@@ -175,25 +175,16 @@ class TrainedRun:
             for index in range(builder.eval_batch_count(task.name, language, size)):
                 logits, context = batch_logits(run.model, data, builder, objective, size, index, "cpu", False)
                 outputs += decoder.decode(logits, **context)
-                probabilities += _probabilities(task.head, decoder, logits, context)
+                probabilities += decoder.probabilities(logits, **context)
         encoded = td.eval[language]
-        spans: dict = {}
-        if task.head == "question_answering":  # the answers and their spans from one search
-            by_id, spans = task.answers(outputs, encoded, raw)
-        else:
-            by_id = task.postprocess(outputs, encoded, raw, td.label_names)
+        fields = task.prediction_rows(outputs, encoded, raw, td.label_names)
         extra = dict(zip(encoded["id"], probabilities)) if probabilities else {}
-        words = dict(zip(task.split_ids(raw), raw[task.text_columns[0]])) if task.head == "token_classification" else {}
         results = []
         for key in task.split_ids(raw):
-            row: dict[str, Any] = {"id": key, "prediction": by_id[key]}
+            row: dict[str, Any] = {"id": key, "prediction": fields[key]["prediction"]}
             if key in extra:
                 row["probabilities"] = dict(zip(td.label_names, extra[key]))
-            if key in words:
-                row["entities"] = entities(by_id[key], words[key])
-            if key in spans:  # the answer's character offsets in its context (null: the empty answer)
-                span = spans[key]
-                row["answer_start"], row["answer_end"] = span if span else (None, None)
+            row.update(fields[key])  # what else the task's kind says of the row (entities, answer offsets)
             results.append(row)
         return results
 
@@ -253,27 +244,3 @@ def own_ids(task: Task, rows: datasets.Dataset, offset: int) -> datasets.Dataset
     if task.id_column in rows.column_names:
         rows = rows.remove_columns(task.id_column)
     return rows.add_column(task.id_column, [str(offset + n) for n in range(len(rows))])
-
-
-def _probabilities(kind: str, head, logits, context) -> list[list[float]]:
-    """Per example, the softmax over its classes (or choices); none for the other kinds."""
-    if kind == "sequence_classification":
-        return logits.softmax(-1).tolist()
-    if kind == "multiple_choice":
-        return head.choice_matrix(logits, context["group_index"]).softmax(-1).tolist()
-    return []
-
-
-def entities(tags: Sequence[str], words: Sequence[str]) -> list[dict[str, Any]]:
-    """The entity spans of a BIO tag sequence (word positions, end exclusive): ``B-X`` opens one, ``I-X`` of the
-    same type continues it (an ``I-X`` after anything else opens one too, as seqeval's default mode reads it)."""
-    spans: list[dict[str, Any]] = []
-    for n, tag in enumerate(tags):
-        prefix, _, kind = tag.partition("-")
-        if prefix == "I" and spans and spans[-1]["type"] == kind and spans[-1]["end"] == n:
-            spans[-1]["end"] = n + 1
-        elif prefix in ("B", "I") and kind:
-            spans.append({"type": kind, "start": n, "end": n + 1})
-    for span in spans:
-        span["text"] = " ".join(words[span["start"] : span["end"]])
-    return spans

@@ -52,6 +52,10 @@ class MultipleChoiceHead(PooledScoreHead):
 
     kind = "multiple_choice"
 
+    def probabilities(self, logits: Any, **context: Any) -> list[list[float]]:
+        """Per question, the softmax over its choices."""
+        return self.choice_matrix(logits, context["group_index"]).softmax(-1).tolist()
+
     def choice_matrix(self, scores: torch.Tensor, group_index: torch.Tensor) -> torch.Tensor:
         """``(groups, max choices)`` scores, -inf where a group has fewer choices."""
         group, position, count = choice_layout(group_index)

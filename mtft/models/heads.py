@@ -73,6 +73,10 @@ class Head(nn.Module):
     def logits(self, hidden: torch.Tensor, **context: Any) -> Any:
         raise NotImplementedError
 
+    def probabilities(self, logits: Any, **context: Any) -> list[list[float]]:
+        """Per example, a probability for each of its classes (or choices) where the kind has them; none here."""
+        return []
+
     def forward(self, hidden: torch.Tensor, labels: torch.Tensor, **context: Any) -> HeadOutput:
         raise NotImplementedError
 
@@ -172,6 +176,9 @@ class SequenceClassificationHead(PooledHead):
 
     kind = "sequence_classification"
     classifies = True
+
+    def probabilities(self, logits: Any, **context: Any) -> list[list[float]]:
+        return logits.softmax(-1).tolist()
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor, **context: Any) -> HeadOutput:
         target = label_matrix(labels, logits.shape[0])[:, 0].long()

@@ -263,6 +263,21 @@ class Task:
         source rows (the text that predictions map back to)."""
         return dict(zip(encoded["id"], outputs))
 
+    def prediction_rows(
+        self, outputs: list, encoded: datasets.Dataset, raw: datasets.Dataset, label_names: Sequence[str]
+    ) -> dict[str, dict[str, Any]]:
+        """Example id -> the fields ``run.py predict`` writes for it beside its id: ``prediction`` (the natural
+        form of :meth:`postprocess`) and whatever else the kind can say of it (token classification: the entity
+        spans; extractive QA: the answer's character offsets)."""
+        return {
+            key: {"prediction": value} for key, value in self.postprocess(outputs, encoded, raw, label_names).items()
+        }
+
+    def placeholder_label(self, row: Any) -> Any:
+        """A label of this task's form for an input ``row`` given without one, that encodes without error and that
+        prediction never reads (here: class 0)."""
+        return 0
+
     def references(self, raw: datasets.Dataset, label_names: Sequence[str], where: str) -> dict[str, Any]:
         """Example id -> reference in the task's natural form (here: the label name), in the split's order."""
         check_not_hidden(self, raw[self.label_column], where)

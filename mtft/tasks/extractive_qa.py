@@ -127,6 +127,22 @@ class ExtractiveQATask(Task):
     def postprocess(self, outputs, encoded, raw, label_names) -> dict[str, Any]:
         return self.answers(outputs, encoded, raw)[0]
 
+    def prediction_rows(self, outputs, encoded, raw, label_names) -> dict[str, dict[str, Any]]:
+        """The answer text and its character offsets in its context, end exclusive (null: the empty answer)."""
+        answers, spans = self.answers(outputs, encoded, raw)
+        return {
+            key: {
+                "prediction": text,
+                "answer_start": (spans[key] or (None, None))[0],
+                "answer_end": (spans[key] or (None, None))[1],
+            }
+            for key, text in answers.items()
+        }
+
+    def placeholder_label(self, row: Any) -> Any:
+        """The context's first character (an empty answer has no token span)."""
+        return {"text": [row[self.text_columns[-1]][:1]], "answer_start": [0]}
+
     def answers(self, outputs, encoded, raw) -> tuple[dict[str, str], dict[str, Optional[tuple[int, int]]]]:
         """Per example, its predicted answer text and that answer's character span ``(start, end)`` in its context:
         the best-scoring span over its windows, without surrounding whitespace (some tokenizers' offsets include the

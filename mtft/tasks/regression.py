@@ -24,6 +24,9 @@ class RegressionTask(Task):
     head: str = "regression"
     metrics: Sequence[str] = ("pearson", "spearman")
 
+    def placeholder_label(self, row: Any) -> Any:
+        return 0.0
+
     def available_metrics(self) -> tuple[str, ...]:
         return ("pearson", "spearman")
 

@@ -75,6 +75,13 @@ class RecordTask(Task):
     head: str = "candidate_scoring"
     metrics: Sequence[str] = ("exact_match", "f1")
 
+    def placeholder_label(self, row: Any) -> Any:
+        """No label of this kind encodes without the row's own candidates: the user gives one."""
+        raise DataError(
+            f"task {self.name!r} ({self.head}): give its label column {self.label_column!r} too (any valid value: "
+            "predictions do not read it)"
+        )
+
     def available_metrics(self) -> tuple[str, ...]:
         return ("exact_match", "f1")
 

@@ -65,6 +65,15 @@ class TokenClassificationTask(Task):
         out["id"] = self.example_ids(batch, rows)
         return out
 
+    def placeholder_label(self, row: Any) -> Any:
+        return [0] * len(row[self.text_columns[0]])
+
+    def prediction_rows(self, outputs, encoded, raw, label_names) -> dict[str, dict[str, Any]]:
+        """The tags of every word and the entity spans they make."""
+        words = dict(zip(self.split_ids(raw), raw[self.text_columns[0]]))
+        tags = self.postprocess(outputs, encoded, raw, label_names)
+        return {key: {"prediction": value, "entities": entities(value, words[key])} for key, value in tags.items()}
+
     def postprocess(self, outputs, encoded, raw, label_names) -> dict[str, Any]:
         """Per example, the tag of each word: the prediction at the word's first sub-token."""
         outside = "O" if "O" in label_names else label_names[0]
@@ -115,3 +124,18 @@ class TokenClassificationTask(Task):
             f"seqeval entity-level micro {'/'.join(self.metrics)}, word level (first sub-token labelled), "
             f"{mode} mode ({detail})"
         )
+
+
+def entities(tags: Sequence[str], words: Sequence[str]) -> list[dict[str, Any]]:
+    """The entity spans of a BIO tag sequence (word positions, end exclusive): ``B-X`` opens one, ``I-X`` of the
+    same type continues it (an ``I-X`` after anything else opens one too, as seqeval's default mode reads it)."""
+    spans: list[dict[str, Any]] = []
+    for n, tag in enumerate(tags):
+        prefix, _, kind = tag.partition("-")
+        if prefix == "I" and spans and spans[-1]["type"] == kind and spans[-1]["end"] == n:
+            spans[-1]["end"] = n + 1
+        elif prefix in ("B", "I") and kind:
+            spans.append({"type": kind, "start": n, "end": n + 1})
+    for span in spans:
+        span["text"] = " ".join(words[span["start"] : span["end"]])
+    return spans

@@ -8,10 +8,10 @@ import dataclasses
 import datasets
 import pytest
 
-from mtft.api.inputs import from_records, placeholder_label, prepare_input
-from mtft.api.run import entities
+from mtft.api.inputs import from_records, prepare_input
 from mtft.core.errors import DataError
 from mtft.tasks import discover_tasks, get_task
+from mtft.tasks.token_classification import entities
 
 TASKS = discover_tasks([])
 
@@ -57,7 +57,7 @@ def test_ids_are_row_numbers_where_the_input_has_none():
 def test_a_task_kind_without_a_placeholder_asks_for_its_label_column():
     record = dataclasses.replace(task("superglue_record"), hidden_label=None)
     with pytest.raises(DataError, match="give its label column"):
-        placeholder_label(record, {})
+        record.placeholder_label({})
 
 
 def test_records_are_plain_texts_for_a_one_column_task_and_dicts_otherwise():
