@@ -26,7 +26,7 @@ from mtft.data.selection import select_tasks, trained_languages
 from mtft.evaluation.evaluate import Evaluation, evaluate, metrics_record, write_predictions
 from mtft.evaluation.majority import majority_baselines
 from mtft.models.folders import read_json
-from mtft.reporting.report import write_report
+from mtft.reporting.report import Report
 from mtft.training.restore import RUN_CONFIG, find_run_dir
 
 OVERRIDABLE = ("data.", "evaluation.")  # what is evaluated; anything else would change what was trained
@@ -87,18 +87,7 @@ def _evaluate_run(run_dir: Path, out: Path, overrides: Sequence[str], checkpoint
             ("method", config.model.adapter.method),
             ("evaluation split", config.evaluation.split),
         ]
-        write_report(
-            partial,
-            f"{config.run.name} evaluated",
-            setup,
-            [],
-            result.metrics,
-            None,
-            {name: list(td.task.metrics) for name, td in data.tasks.items()},
-            {name: td.languages for name, td in data.tasks.items()},
-            variants={name: td.task.metric_description() for name, td in data.tasks.items()},
-            targets={name: td.targets for name, td in data.tasks.items()},
-        )
+        Report(f"{config.run.name} evaluated", setup, result.metrics, data.report_tables()).write(partial)
     return result
 
 

@@ -21,6 +21,7 @@ from mtft.data import leave_out
 from mtft.data.checks import check_rows, warn_suspicious_rows
 from mtft.data.selection import SelectedTask, select_tasks
 from mtft.data.sources import describe_read, describe_source, load_split
+from mtft.reporting.report import TaskTable
 from mtft.tasks.base import Task, unique_by_id
 from mtft.tasks.hidden import HiddenLabelsError, check_not_hidden
 
@@ -111,6 +112,13 @@ class PreparedData:
     def head_tasks(self) -> list[str]:
         """The tasks that own a head, in run order (evaluation-only tasks borrow one of theirs)."""
         return [name for name, td in self.tasks.items() if td.task.evaluate_with is None]
+
+    def report_tables(self) -> dict[str, TaskTable]:
+        """Each task's table of the report: its metrics, evaluated languages, targets and metric variant."""
+        return {
+            name: TaskTable(list(td.task.metrics), td.languages, td.targets, td.task.metric_description())
+            for name, td in self.tasks.items()
+        }
 
 
 def prepare_data(

@@ -2,29 +2,48 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 from mtft.reporting.logs import read_metrics
 
 
-def write_report(
-    run_dir: Path,
-    title: str,
-    setup: list[tuple[str, str]],
-    objectives: list[dict[str, Any]],
-    final: dict[str, float],
-    best: Optional[dict[str, Any]],
-    task_metrics: dict[str, list[str]],
-    languages: dict[str, list[str]],
-    parameters: Optional[list[tuple[str, int, int]]] = None,
-    variants: Optional[dict[str, str]] = None,
-    sections: list[str] = (),
-    targets: Optional[dict[str, list[str]]] = None,
-) -> Path:
-    """``variants``: per task, the metric variant in words (e.g. seqeval mode, SQuAD v1.1 rules); ``targets``: per
-    task, its target languages (evaluated, never trained on), marked in its table beside the source and target
-    macros and the transfer gap."""
+@dataclass(frozen=True)
+class TaskTable:
+    """One task's table in the report: its metrics, the languages evaluated, which of them are targets (evaluated,
+    never trained on; marked beside the source and target macros and the transfer gap) and its metric variant in
+    words (e.g. seqeval mode, SQuAD v1.1 rules)."""
+
+    metrics: list[str]
+    languages: list[str]
+    targets: list[str] = field(default_factory=list)
+    variant: Optional[str] = None
+
+
+@dataclass
+class Report:
+    """What a run's (or an evaluation's) ``report.md`` says, built in one place by its writer and written by
+    :meth:`write`: the title, the set-up table, the final metrics and one :class:`TaskTable` per task; a training run
+    adds its objectives' mixing, the best checkpoint, the parameter table and the monitors' sections."""
+
+    title: str
+    setup: list[tuple[str, str]]
+    final: dict[str, float]
+    tasks: dict[str, TaskTable]
+    objectives: list[dict[str, Any]] = field(default_factory=list)
+    best: Optional[dict[str, Any]] = None
+    parameters: Optional[list[tuple[str, int, int]]] = None
+    sections: list[str] = field(default_factory=list)
+
+    def write(self, run_dir: Path) -> Path:
+        """``run_dir/report.md`` (the loss and weighting sections read from ``run_dir``'s metrics.jsonl)."""
+        return _write(self, run_dir)
+
+
+def _write(report: Report, run_dir: Path) -> Path:
+    title, setup, objectives, final, best = report.title, report.setup, report.objectives, report.final, report.best
+    parameters, sections = report.parameters, report.sections
     lines = [f"# Run report: {title}", ""]
     lines += ["## Setup", "", "| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in setup] + [""]
     if parameters:
@@ -37,14 +56,15 @@ def write_report(
     lines += _weighting_section(events)
     lines += list(sections)  # e.g. the forgetting monitors' sections, with their plots
     lines += ["## Evaluation (final weights)", ""]
-    for task, metrics in task_metrics.items():
+    for task, table in report.tasks.items():
+        metrics = table.metrics
         header = "| language | " + " | ".join(metrics) + " |"
         lines += [f"### {task}", ""]
-        if variants and task in variants:
-            lines += [f"Metric: {variants[task]}.", ""]
+        if table.variant:
+            lines += [f"Metric: {table.variant}.", ""]
         lines += [header, "|---|" + "---:|" * len(metrics)]
-        roles = (targets or {}).get(task, [])
-        for lang in languages[task]:
+        roles = table.targets
+        for lang in table.languages:
             name = f"{lang} ({'target' if lang in roles else 'source'})" if roles else lang
             lines.append(f"| {name} | " + " | ".join(_fmt(final.get(f"{task}/{lang}/{m}")) for m in metrics) + " |")
         lines.append(

@@ -1,4 +1,4 @@
-"""The fine-tuning run report's tables (:func:`mtft.reporting.report.write_report` lays them out): its set-up and
+"""The fine-tuning run report's tables (:class:`mtft.reporting.report.Report` lays them out): its set-up and
 its training objectives."""
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from mtft.core.errors import CheckpointError, Interrupted
 from mtft.evaluation.evaluate import Evaluation, metrics_record, write_predictions
 from mtft.forgetting.report import monitor_sections
 from mtft.reporting.logs import MetricsLog, held_log_lines, logger, setup_console_logging
-from mtft.reporting.report import write_report
+from mtft.reporting.report import Report
 from mtft.reporting.run_tables import objectives_table, setup_table
 from mtft.reporting.window import TrainWindow
 from mtft.training import checkpoint as ckpt
@@ -211,23 +211,18 @@ class Training:
         pretraining = backbone_pretraining(parts.model.backbone)
         summary = pretraining_summary(pretraining) if pretraining else None
         units = range(len(data.train_units))
-        tasks = data.tasks.items()
-        path = write_report(
-            parts.run_dir,
+        path = Report(
             cfg.run.name,
             setup_table(cfg, self.step, parts.proc.world_size, parts.engine.zero_optimization_stage(), summary),
-            objectives_table(
+            final.metrics,
+            data.report_tables(),
+            objectives=objectives_table(
                 [u.key for u in data.train_units], [len(data.train_dataset(i)) for i in units], parts.mixing
             ),
-            final.metrics,
-            self.selection.best,
-            {name: list(td.task.metrics) for name, td in tasks},
-            {name: td.languages for name, td in tasks},
-            targets={name: td.targets for name, td in tasks},
+            best=self.selection.best,
             parameters=parts.parameters,
             sections=monitor_sections(parts.run_dir),
-            variants={name: td.task.metric_description() for name, td in tasks},
-        )
+        ).write(parts.run_dir)
         logger.info(f"report: {path}")
 
 

@@ -15,7 +15,7 @@ from mtft.data.pipeline import PreparedData, TaskData, prepare_data
 from mtft.data.sampler import MultiObjectiveSampler, mixing_probabilities
 from mtft.data.selection import check_tasks, select_tasks, selection_metric
 from mtft.evaluation.evaluate import add_macro_averages
-from mtft.reporting.report import write_report
+from mtft.reporting.report import Report, TaskTable
 from mtft.tasks.base import Task
 from tests.unit.data.test_data import make_config, tokenizer_factory
 
@@ -187,12 +187,15 @@ def test_without_targets_no_split_is_written():
 
 def test_the_report_marks_each_language_and_gives_the_macros_and_the_gap(tmp_path):
     metrics = scored(TARGETS)
-    args = (tmp_path, "t", [], [], metrics, None, {"xnli": ["accuracy"]}, {"xnli": LANGUAGES})
-    text = write_report(*args, targets={"xnli": TARGETS}).read_text()
+
+    def report(targets):
+        return Report("t", [], metrics, {"xnli": TaskTable(["accuracy"], LANGUAGES, targets)}).write(tmp_path)
+
+    text = report(TARGETS).read_text()
     for row in ("| en (source) | 0.9000 |", "| zh (target) | 0.4000 |", "| source macro | 0.8500 |"):
         assert row in text
     assert "| target macro | 0.4500 |" in text and "| transfer gap (source − target) | 0.4000 |" in text
-    plain = write_report(*args, targets={"xnli": []}).read_text()
+    plain = report([]).read_text()
     assert "| en | 0.9000 |" in plain and "source" not in plain and "target" not in plain
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mtft.reporting.report import _weighting_section, write_report
+from mtft.reporting.report import Report, TaskTable, _weighting_section
 
 
 def weighting_events(weights: list[tuple[float, float]], **logged: float) -> list[dict]:
@@ -83,7 +83,8 @@ def test_descent_check_and_metric_are_reported():
 
 def test_evaluation_table_shows_the_majority_class_baseline_only_where_the_run_scored_one(tmp_path):
     final = {"rte/en/accuracy": 0.6, "rte/accuracy": 0.6, "rte/majority_accuracy": 0.527, "stsb/pearson": 0.8}
-    metrics, languages = {"rte": ["accuracy"], "stsb": ["pearson"]}, {"rte": ["en"], "stsb": ["en"]}
-    text = write_report(tmp_path, "t", [], [], final, None, metrics, languages).read_text()
+    metrics = {"rte": ["accuracy"], "stsb": ["pearson"]}
+    tables = {task: TaskTable(names, ["en"]) for task, names in metrics.items()}
+    text = Report("t", [], final, tables).write(tmp_path).read_text()
     rte, stsb = text.split("### stsb")
     assert "| majority-class baseline (macro) | 0.5270 |" in rte and "majority" not in stsb
