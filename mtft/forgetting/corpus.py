@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 import torch
 from transformers import DataCollatorForLanguageModeling
 
-from mtft.config.schema import CorpusSection, RunConfig
+from mtft.config.schema import CorpusSection, DataSection, RunConfig
 from mtft.core.errors import ConfigError, DataError
 from mtft.core.labels import IGNORE_INDEX
 from mtft.core.templates import fill_template
@@ -35,26 +35,26 @@ def corpus_name(corpus: CorpusSection, language: str) -> str:
     return fill_template(corpus.name, {"language": language}, "corpus.name")
 
 
-def check_corpus_files(config: RunConfig, languages: Sequence[str], pretraining: bool) -> None:
+def check_corpus_files(corpus: CorpusSection, data: DataSection, languages: Sequence[str], pretraining: bool) -> None:
     """Before anything heavy: every local corpus file the run will read (each language's held-out split, and its
     training split when it pre-trains) exists and is UTF-8 (one DataError naming the file)."""
-    corpus = config.corpus
     path = corpus_path(corpus)
-    if path.startswith((os.sep, ".")) and path not in config.data.sources and not Path(path).exists():
+    if path.startswith((os.sep, ".")) and path not in data.sources and not Path(path).exists():
         raise DataError(f"corpus.path: no such folder {path}")  # a local path, not a Hub id: say so now
     splits = [corpus.eval_split.split("[")[0]] + ([corpus.train_split.split("[")[0]] if pretraining else [])
     for language in languages:
         for split in dict.fromkeys(splits):
             name = corpus_name(corpus, language)
             ref = DatasetRef(path=corpus_path(corpus), name=name, split=split, language=language)
-            check_local_files(ref, config.data.sources)
+            check_local_files(ref, data.sources)
 
 
-def corpus_texts(config: RunConfig, language: str, split: str, limit: Optional[int] = None) -> list[str]:
+def corpus_texts(
+    corpus: CorpusSection, data: DataSection, language: str, split: str, limit: Optional[int] = None
+) -> list[str]:
     """The non-empty texts of one language's split, through the same ``load_split`` as task data."""
-    corpus = config.corpus
     ref = DatasetRef(path=corpus_path(corpus), name=corpus_name(corpus, language), split=split, language=language)
-    dataset = load_split(ref, config.data.sources, config.data.cache_dir)
+    dataset = load_split(ref, data.sources, data.cache_dir)
     if corpus.text_column not in dataset.column_names:
         raise DataError(
             f"corpus {ref.describe()}: no column {corpus.text_column!r} (corpus.text_column); it has: "
@@ -66,8 +66,8 @@ def corpus_texts(config: RunConfig, language: str, split: str, limit: Optional[i
     return texts[:limit] if limit is not None else texts
 
 
-def corpus_languages(config: RunConfig, task_languages: Sequence[str] = ()) -> list[str]:
-    languages = config.corpus.languages or list(dict.fromkeys(task_languages))
+def corpus_languages(corpus: CorpusSection, task_languages: Sequence[str] = ()) -> list[str]:
+    languages = corpus.languages or list(dict.fromkeys(task_languages))
     if not languages:
         raise ConfigError("corpus.languages: no languages to measure L_p on; list them")
     return list(languages)
@@ -133,7 +133,7 @@ def build_eval_set(config: RunConfig, tokenizer, languages: Sequence[str], max_l
     corpus = config.corpus
     examples: dict[str, list[MaskedExample]] = {}
     for language in languages:
-        texts = corpus_texts(config, language, corpus.eval_split, corpus.max_eval_examples)
+        texts = corpus_texts(corpus, config.data, language, corpus.eval_split, corpus.max_eval_examples)
         encoded = tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
         seed = int(hashlib.sha256(f"{corpus.mask_seed}|{language}".encode()).hexdigest()[:8], 16)
         collator = masking_collator(tokenizer, corpus.mlm_probability, seed)

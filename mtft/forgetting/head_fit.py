@@ -52,7 +52,10 @@ def fitted_head(mlm_model: nn.Module, tokenizer, config: RunConfig, languages: l
     """Fit (or load from the cache) the masked-LM head of ``mlm_model`` to its frozen encoder, in place; returns
     how L_p is obtained, one sentence for the log and the report. Every rank calls it; rank 0 fits."""
     settings = config.forgetting.head_fit
-    texts = {lang: corpus_texts(config, lang, config.corpus.train_split, settings.examples) for lang in languages}
+    texts = {
+        lang: corpus_texts(config.corpus, config.data, lang, config.corpus.train_split, settings.examples)
+        for lang in languages
+    }
     encoder, head, tied = split_mlm_model(mlm_model)
     folder = cache_dir(config) / "mlm_heads" / _cache_key(mlm_model, head, tokenizer, texts, config)
     cached = is_complete(folder)

@@ -35,7 +35,7 @@ import torch
 from mtft.adapters import build_method
 from mtft.config.deepspeed import zero_stage
 from mtft.config.paths import cache_dir
-from mtft.config.schema import ModelSection, RunConfig
+from mtft.config.schema import CorpusSection, ForgettingSection, ModelSection, RunConfig
 from mtft.core.errors import ConfigError
 from mtft.forgetting.corpus import MlmEvalSet, build_eval_set, corpus_languages
 from mtft.forgetting.head_fit import fitted_head
@@ -84,9 +84,9 @@ def prepare_forgetting(config: RunConfig, model: ModelSection, data) -> Optional
             "forgetting monitors: corpus.path is not set, so L_p is measured on the built-in "
             "synthetic corpus; set corpus.path to generic text in your backbone's languages"
         )
-    languages = corpus_languages(config, [lang for td in data.tasks.values() for lang in td.languages])
+    languages = corpus_languages(config.corpus, [lang for td in data.tasks.values() for lang in td.languages])
     eval_set = build_eval_set(config, data.tokenizer, languages, config.data.max_length)
-    check_fixed_batches(config, eval_set)
+    check_fixed_batches(config.forgetting, config.corpus, eval_set)
     retrieval = build_retrieval_set(config, data.tokenizer, languages) if cfg.retrieval.enabled else None
     mlm_model, lp_head = masked_lm_for_lp(config, model, data.tokenizer, languages)
     if retrieval is not None and cfg.retrieval.layer is not None:
@@ -99,7 +99,7 @@ def prepare_forgetting(config: RunConfig, model: ModelSection, data) -> Optional
     return ForgettingSetup(eval_set, model, mlm_model, lp_head, retrieval)
 
 
-def check_fixed_batches(config: RunConfig, eval_set: MlmEvalSet) -> None:
+def check_fixed_batches(forgetting: ForgettingSection, corpus: CorpusSection, eval_set: MlmEvalSet) -> None:
     """λ_p and the second-order prediction average the masked-LM loss over each language's first N held-out texts
     (forgetting.hessian_examples, forgetting.prediction_examples); the masks are drawn at random, so a few short
     texts can hold no masked token, and that language's mean loss would be 0/0. Refused, naming the fewest that do.
@@ -107,11 +107,11 @@ def check_fixed_batches(config: RunConfig, eval_set: MlmEvalSet) -> None:
     fewest = {language: eval_set.fewest_masked(language) for language in eval_set.languages}
     worst = max(fewest, key=fewest.__getitem__)
     for setting in ("hessian_examples", "prediction_examples"):
-        value = getattr(config.forgetting, setting)
+        value = getattr(forgetting, setting)
         if value < fewest[worst]:
             raise ConfigError(
                 f"forgetting.{setting}={value}: the first {value} held-out text(s) of corpus language {worst!r} "
-                f"hold no masked token (corpus.mlm_probability={config.corpus.mlm_probability:g}); set "
+                f"hold no masked token (corpus.mlm_probability={corpus.mlm_probability:g}); set "
                 f"forgetting.{setting} to at least {fewest[worst]}"
             )
 

@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from mtft.config.schema import LANGUAGE_FIELDS, PAIR_FIELDS, RetrievalSection, RunConfig
+from mtft.config.schema import LANGUAGE_FIELDS, PAIR_FIELDS, CorpusSection, RetrievalSection, RunConfig
 from mtft.core.errors import ConfigError, DataError
 from mtft.core.templates import check_template, fill_template
 from mtft.data.sources import check_local_files, load_split
@@ -86,7 +86,9 @@ def retrieval_pairs(cfg: RetrievalSection, languages: Sequence[str]) -> list[str
 
 def _texts(config: RunConfig, name: str, column: str, language: str) -> list:
     cfg = config.forgetting.retrieval
-    ref = DatasetRef(path=retrieval_path(config), name=name, split=cfg.split, language=language)
+    ref = DatasetRef(
+        path=retrieval_path(config.forgetting.retrieval, config.corpus), name=name, split=cfg.split, language=language
+    )
     dataset = load_split(ref, config.data.sources, config.data.cache_dir)
     if column not in dataset.column_names:
         raise DataError(
@@ -96,10 +98,9 @@ def _texts(config: RunConfig, name: str, column: str, language: str) -> list:
     return list(dataset[column])
 
 
-def retrieval_path(config: RunConfig) -> str:
+def retrieval_path(retrieval: RetrievalSection, corpus: CorpusSection) -> str:
     """The parallel corpus: ``forgetting.retrieval.path``, default the corpus of L_p (the built-in one: parallel)."""
-    path = config.forgetting.retrieval.path
-    return path if path is not None else corpus_path(config.corpus)
+    return retrieval.path if retrieval.path is not None else corpus_path(corpus)
 
 
 def _ref_names(cfg: RetrievalSection, source: str, target: str) -> list[tuple[str, str, str]]:
@@ -114,12 +115,17 @@ def _ref_names(cfg: RetrievalSection, source: str, target: str) -> list[tuple[st
 def check_bitext_files(config: RunConfig, pairs: Sequence[str]) -> None:
     """Before anything heavy: each local file the retrieval monitor reads exists and is UTF-8."""
     cfg = config.forgetting.retrieval
-    path = retrieval_path(config)
+    path = retrieval_path(config.forgetting.retrieval, config.corpus)
     if path.startswith((os.sep, ".")) and path not in config.data.sources and not Path(path).exists():
         raise DataError(f"forgetting.retrieval.path: no such folder {path}")  # a local path, not a Hub id
     for pair in pairs:
         for name, _, language in _ref_names(cfg, *parse_pair(pair)):
-            ref = DatasetRef(path=retrieval_path(config), name=name, split=cfg.split, language=language)
+            ref = DatasetRef(
+                path=retrieval_path(config.forgetting.retrieval, config.corpus),
+                name=name,
+                split=cfg.split,
+                language=language,
+            )
             check_local_files(ref, config.data.sources)
 
 

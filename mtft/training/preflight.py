@@ -44,7 +44,7 @@ def preflight(config: RunConfig) -> Optional[Path]:
     if config.forgetting.enabled or config.pretrain.before_finetune:  # L_p's held-out texts, pre-training's texts
         task_languages = [lang for chosen in selected for lang in chosen.languages]
         languages = config.corpus.languages or list(dict.fromkeys(task_languages))
-        check_corpus_files(config, languages, pretraining=config.pretrain.before_finetune)
+        check_corpus_files(config.corpus, config.data, languages, pretraining=config.pretrain.before_finetune)
         if config.forgetting.enabled and config.forgetting.retrieval.enabled:
             check_bitext_files(config, retrieval_pairs(config.forgetting.retrieval, languages))
     return resume_from
@@ -72,4 +72,4 @@ def preflight_pretrain(config: RunConfig) -> None:
         )
     check_output_dir(config)
     check_backbone(config.model)
-    check_corpus_files(config, config.corpus.languages, pretraining=True)
+    check_corpus_files(config.corpus, config.data, config.corpus.languages, pretraining=True)

@@ -77,7 +77,9 @@ class Pretraining:
         if training_texts is not None:
             texts = {"tasks": list(training_texts)}
         else:
-            texts = {lang: corpus_texts(config, lang, config.corpus.train_split) for lang in languages}
+            texts = {
+                lang: corpus_texts(config.corpus, config.data, lang, config.corpus.train_split) for lang in languages
+            }
         model = config.model
         if model.backbone == "tiny":
             self.tokenizer = tiny_tokenizer(

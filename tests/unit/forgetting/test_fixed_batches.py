@@ -44,8 +44,8 @@ def test_fewest_masked_per_language():
 def test_too_few_texts_for_a_masked_token_are_refused(overrides, expect):
     config = load_config(REPO / BASE_CONFIG, ["forgetting.enabled=true", *overrides])
     if expect is None:
-        check_fixed_batches(config, eval_set())
+        check_fixed_batches(config.forgetting, config.corpus, eval_set())
         return
     with pytest.raises(ConfigError) as caught:
-        check_fixed_batches(config, eval_set())
+        check_fixed_batches(config.forgetting, config.corpus, eval_set())
     assert str(caught.value) == expect or expect in str(caught.value)
