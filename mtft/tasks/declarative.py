@@ -55,11 +55,14 @@ def build_task(spec: dict[str, Any], path: Path) -> Task:
     """The task of a spec read by :func:`read_task_spec` (imports its ``class:`` plug-in, if any)."""
     spec = dict(spec)
     head = spec.get("head", "sequence_classification")
+    # the plug-in first: its module may enrol the kind its task file names (mtft.tasks.kinds.register_kind)
+    reference = spec.pop("class", None)
+    own_class = _task_class(reference, path) if reference is not None else None
     try:
         default_class = task_kind(head)
     except ValueError as exc:
         raise ConfigError(f"task file {path}: {exc}") from None
-    task_class = _task_class(spec.pop("class", None), path, default_class)
+    task_class = own_class or default_class
     valid = {f.name for f in dataclasses.fields(task_class)} - _NOT_IN_FILES
     unknown = set(spec) - valid
     if unknown:
@@ -95,12 +98,10 @@ def _check_data_entries(data: Any, path: Path) -> None:
                     check_template(value, {"language"}, f"task file {path}: data.{split}.{key}")
 
 
-def _task_class(reference: str | None, path: Path, default: type[Task]) -> type[Task]:
+def _task_class(reference: str, path: Path) -> type[Task]:
     """The class ``class:`` names: ``<module>:<Class>`` with ``<module>.py`` beside the task file, or an importable
     ``<package.module>:<Class>``. Either way it is code executed on loading the task (see ``tasks/README.md``), so
     a name that could reach outside the task's folder (``../x``, ``/abs/x``) is refused before anything is run."""
-    if reference is None:
-        return default
     module_name, _, class_name = str(reference).partition(":")
     parts = module_name.split(".")
     if not class_name.isidentifier() or not all(part.isidentifier() for part in parts):

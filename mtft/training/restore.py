@@ -35,7 +35,8 @@ from mtft.core.registry import plugin_code
 from mtft.models.folders import folder_config, folder_tokenizer, reading
 from mtft.models.multihead import collapse_stacked_heads
 from mtft.models.multitask import MultiTaskModel
-from mtft.tasks.kinds import build_head
+from mtft.tasks.kinds import HEAD_CLASSES, build_head
+from mtft.tasks.registry import discover_tasks
 from mtft.training.checkpoint import MARKER, latest_checkpoint
 
 ENCODER_DIR = "encoder"
@@ -187,6 +188,8 @@ def _rebuild(root: Path, checkpoint: Path, files: dict[str, IO[bytes]]) -> Loade
     with reading(f"{root}/config.yaml (model.adapter)"):
         method = build_method(config.model.adapter)
         method.apply(encoder, list(heads), objectives, config.run.seed)  # rows are routed by their head's task
+    with reading(f"{root}/config.yaml (data.task_dirs)"):
+        _enrol_head_kinds(config, heads)
     with reading(checkpoint / "heads.json"):
         built = {
             task: build_head(meta["kind"], encoder.config.hidden_size, meta["label_names"], 0.0)
@@ -209,6 +212,18 @@ def _rebuild(root: Path, checkpoint: Path, files: dict[str, IO[bytes]]) -> Loade
         )
     tokenizer = folder_tokenizer(encoder_dir)
     return LoadedRun(config, model.eval(), tokenizer, heads, objectives, checkpoint, method, root)
+
+
+def _enrol_head_kinds(config, heads: dict[str, dict[str, Any]]) -> None:
+    """A head of a kind mtft does not ship was enrolled by its task's plug-in module (``register_kind`` beside the
+    task file): load that task first -- which imports its ``class:``, under the run's plug-in gate -- so the kind is
+    known when the head is rebuilt."""
+    unknown = [task for task, meta in heads.items() if meta.get("kind") not in HEAD_CLASSES]
+    if unknown:
+        catalog = discover_tasks(config.data.task_dirs)
+        for task in unknown:
+            if task in catalog:
+                catalog[task]  # builds the task, importing its plug-in
 
 
 def _heads(path: Path, handle: IO[bytes]) -> dict[str, dict[str, Any]]:

@@ -1,0 +1,105 @@
+"""A task kind added from outside the library (issue 39): one module beside its task file -- a Task and a Head class
+and one ``register_kind`` call -- trains through run.py and predicts through ``mtft.api``, whose rows carry what the
+kind says of them (its own field and its own probabilities), without a line of mtft knowing the kind's name."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import yaml
+
+from tests.conftest import BASE_CONFIG, base_overrides, run_cli
+
+KIND_MODULE = '''
+from dataclasses import dataclass
+
+from mtft.models.heads import SequenceClassificationHead
+from mtft.tasks.base import Task
+from mtft.tasks.kinds import register_kind
+
+
+class TemperedHead(SequenceClassificationHead):
+    """A classifier whose probabilities are a softmax at temperature 2."""
+
+    kind = "tempered_classification"
+
+    def probabilities(self, logits, **context):
+        return (logits / 2.0).softmax(-1).tolist()
+
+
+@dataclass
+class IndexedTask(Task):
+    """Sequence classification whose predicted rows also give the label's index."""
+
+    head: str = "tempered_classification"
+
+    def prediction_rows(self, outputs, encoded, raw, label_names):
+        rows = super().prediction_rows(outputs, encoded, raw, label_names)
+        for row in rows.values():
+            row["label_index"] = list(label_names).index(row["prediction"])
+        return rows
+
+
+register_kind("tempered_classification", IndexedTask, TemperedHead)
+'''
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("new_kind")
+    tasks = folder / "tasks"
+    tasks.mkdir()
+    (tasks / "tempered_kind.py").write_text(KIND_MODULE)
+    spec = {
+        "task": "nli_tempered",
+        "head": "tempered_classification",
+        "class": "tempered_kind:IndexedTask",
+        "languages": ["en", "de"],
+        "default_protocol": "in_language",
+        "text_columns": ["premise", "hypothesis"],
+        "metrics": ["accuracy"],
+        "data": {
+            "train": {"path": "facebook/xnli", "name": "{language}", "split": "train"},
+            "validation": {"path": "facebook/xnli", "name": "{language}", "split": "validation"},
+        },
+    }
+    (tasks / "nli_tempered.yaml").write_text(yaml.safe_dump(spec))
+    out = folder / "run"
+    overrides = base_overrides(
+        out,
+        4,
+        **{
+            "data.tasks": "[{name: nli_tempered, max_train_examples: 40}]",
+            "data.task_dirs": f"[{tasks}]",
+            "evaluation.every_steps": 4,
+            "checkpointing.every_steps": 4,
+            "evaluation.metric_for_best": "nli_tempered/accuracy",
+        },
+    )
+    result = run_cli("--config", BASE_CONFIG, *overrides)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
+def test_a_kind_added_beside_its_task_file_trains_and_predicts_through_the_api(trained):
+    from mtft.api import load_run
+
+    run = load_run(trained, trust_plugins=True)  # the kind's module is the run's plug-in code
+    rows = run.predict(
+        "nli_tempered", [{"premise": "Der Hund schläft.", "hypothesis": "Ein Tier ruht."}], language="de"
+    )
+    (row,) = rows
+    labels = list(row["probabilities"])
+    assert row["label_index"] == labels.index(row["prediction"])  # the kind's own field
+    assert math.isclose(sum(row["probabilities"].values()), 1.0, rel_tol=1e-6)
+    assert type(run.loaded.model.heads["nli_tempered"]).__name__ == "TemperedHead"  # its probabilities gave those
+
+
+def test_without_trust_the_kinds_module_is_not_imported(trained):
+    """The kind lives in the run's plug-in code: reading the run without --trust-plugins imports none of it."""
+    from mtft.api import load_run
+    from mtft.core.errors import UserError
+
+    with pytest.raises(UserError, match="trust"):
+        load_run(trained)
