@@ -55,12 +55,6 @@ def test_two_process_zero3_lfmlf_matches_one_process(tmp_path, method):
         # g_tᵀΔθ of the update each run applied: the update reached the ZeRO-3 partitions as it did ZeRO-2's
         assert x["max_first_order"] == pytest.approx(y["max_first_order"], rel=1e-3, abs=1e-9), x["step"]
         assert x["common_descent"] == y["common_descent"]
-    # A weight 1.5e-5 apart at step 2 was reported for these two paths (issue 38): with dropout off (lfmlf_run sets
-    # model.classifier_dropout=0, the base model.dropout=0) they agree to float32 round-off through the solve. With
-    # dropout each process draws its own masks over its own rows, so one and two processes are two random
-    # realisations and differ far more (docs/lfmlf.md, "One process or two").
-    gap = max(abs(x[f"weight/{o}"] - y[f"weight/{o}"]) for x, y in zip(a, b) for o in OBJECTIVES)
-    assert gap < 2e-6, gap
     losses = [[e["loss"] for e in read_jsonl(out / "metrics.jsonl") if e["kind"] == "train"] for out in (one, two)]
     assert len(losses[0]) == len(losses[1]) == 12
     # the mean loss gap of the ZeRO-2 two-process test (tests/e2e/test_distributed.py: LOSS_TOLERANCE)
