@@ -45,6 +45,18 @@ register_kind("tempered_classification", IndexedTask, TemperedHead)
 '''
 
 
+@pytest.fixture(autouse=True)
+def kinds_restored():
+    """The kind's module, imported in this process by load_run(trust_plugins=True), enrols its kind: take it out
+    again, so that later tests in this process see the registries as mtft ships them."""
+    from mtft.tasks.kinds import HEAD_CLASSES, TASK_CLASSES
+
+    saved = TASK_CLASSES.snapshot(), HEAD_CLASSES.snapshot()
+    yield
+    TASK_CLASSES.restore(saved[0])
+    HEAD_CLASSES.restore(saved[1])
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     folder = tmp_path_factory.mktemp("new_kind")
