@@ -177,20 +177,15 @@ class LayerwiseGradients:
     def record(self, rule: Rule, saved: Any, segments: Segments, grad: torch.Tensor, dim: int) -> None:
         self.tape.setdefault(rule.module, []).append(_Record(rule, saved, segments, grad, dim))
 
-    @property
-    def tape_bytes(self) -> int:
-        """Memory the tape holds beyond the layers' inputs: the recorded output gradients."""
-        return sum(r.grad.numel() * r.grad.element_size() for records in self.tape.values() for r in records)
-
     # -- the passes over the tape ---------------------------------------------------------------------------
     def _products(self, keep: Collection[torch.Tensor]) -> Iterator[tuple[nn.Module, LayerProducts]]:
         """Every layer's per-objective products of its parameters in ``keep``, summed over the step's records, one
         layer at a time (in registration order on every rank; a layer this rank did not run yields zeros)."""
+        sparse = set(self.collector.sparse)
         for module in self.collector.modules:
             params = [p for p in module.parameters(recurse=False) if p in self.collector.names and p in keep]
             if not params:
                 continue
-            sparse = set(self.collector.sparse)
             out = LayerProducts(params, sparse, self.num_objectives, self.collector.dtype, self.workspace)
             for record in self.tape.get(module, []):
                 record.rule.products(record.saved, record.segments, record.grad, out)
@@ -223,9 +218,7 @@ class LayerwiseGradients:
             torch.distributed.all_reduce(partial)
         return partial + whole
 
-    def _dense_gram(
-        self, products: LayerProducts, dense: list[torch.Tensor], metric: Optional[dict[torch.Tensor, torch.Tensor]]
-    ) -> torch.Tensor:
+    def _dense_gram(self, products: LayerProducts, dense: list[torch.Tensor], metric: Metric) -> torch.Tensor:
         blocks = [products.of(p).reshape(self.num_objectives, -1) for p in dense]
         diagonals = None if metric is None else [metric[p].reshape(-1) for p in dense]
         if self.world_size == 1:
@@ -252,16 +245,8 @@ class LayerwiseGradients:
     def _reduced_rows(self, buffer: RowSparseBuffer) -> torch.Tensor:
         """The touched rows of a row-sparse buffer, its blocks summed over the ranks (over the union of their rows)."""
         if self.world_size > 1:
-            union = torch.zeros(buffer.shape[0], dtype=torch.float32, device=buffer.store.device)
-            union[buffer.rows] = 1
-            torch.distributed.all_reduce(union)
-            buffer.slots(union.nonzero(as_tuple=True)[0])
-            rows = buffer.touched()
-            if len(rows):
-                block = buffer.block(rows).contiguous()
-                torch.distributed.all_reduce(block)
-                buffer.write(rows, block)
-            return rows
+            buffer.take_union_of_ranks()
+            return buffer.all_reduce_touched()
         return buffer.touched()
 
     def contribution(self, weights: torch.Tensor) -> dict[torch.Tensor, torch.Tensor]:
@@ -271,11 +256,10 @@ class LayerwiseGradients:
         where no row of this rank reached it)."""
         weights = weights.to(self.collector.dtype)
         out: dict[torch.Tensor, torch.Tensor] = {}
+        sparse = set(self.collector.sparse)
         for module in self.collector.modules:
             params = [p for p in module.parameters(recurse=False) if p in self.collector.names]
-            products = LayerProducts(
-                params, set(self.collector.sparse), 1, self.collector.dtype, self.combine_workspace
-            )
+            products = LayerProducts(params, sparse, 1, self.collector.dtype, self.combine_workspace)
             for record in self.tape.get(module, []):
                 grad = _scaled(record, weights)
                 everyone = [(0, slice(0, grad.shape[record.dim]))]

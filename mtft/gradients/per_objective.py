@@ -217,20 +217,13 @@ class PerObjectiveGradients(FirstWriteProducts):
                     view[t].zero_()
                     self._touched.add((self.index[p], t))
         if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
-            for p, buffer in self.sparse.items():
-                union = torch.zeros(buffer.shape[0], dtype=torch.float32, device=p.device)
-                union[buffer.rows] = 1
-                torch.distributed.all_reduce(union)
-                buffer.slots(union.nonzero(as_tuple=True)[0])
+            for buffer in self.sparse.values():
+                buffer.take_union_of_ranks()
 
     def reduce_row_sparse(self) -> None:
         """Sum the row-sparse buffers over ranks, over the touched rows (after :meth:`finalize`)."""
         for buffer in self.sparse.values():
-            rows = buffer.touched()
-            if len(rows):
-                block = buffer.block(rows).contiguous()
-                torch.distributed.all_reduce(block)
-                buffer.write(rows, block)
+            buffer.all_reduce_touched()
 
     def touched_rows(self, param: torch.Tensor) -> torch.Tensor:
         return self.sparse[param].touched()

@@ -58,6 +58,23 @@ class RowSparseBuffer:
     def write(self, rows: torch.Tensor, block: torch.Tensor) -> None:
         self.store[:, self.slot_of[rows]] = block
 
+    def take_union_of_ranks(self) -> None:
+        """Give this rank's buffer every row any rank touched (zero where this one touched none), as the buffer
+        reduced over the ranks has: one collective, every rank in the same order of buffers."""
+        union = torch.zeros(self.shape[0], dtype=torch.float32, device=self.slot_of.device)
+        union[self.rows] = 1
+        torch.distributed.all_reduce(union)
+        self.slots(union.nonzero(as_tuple=True)[0])
+
+    def all_reduce_touched(self) -> torch.Tensor:
+        """Sum the touched rows' blocks over the ranks (after :meth:`take_union_of_ranks`); the rows, sorted."""
+        rows = self.touched()
+        if len(rows):
+            block = self.block(rows).contiguous()
+            torch.distributed.all_reduce(block)
+            self.write(rows, block)
+        return rows
+
     def full(self) -> torch.Tensor:
         """The (T, rows, ...) gradient, zero outside the touched rows (for tests and tools, not the step)."""
         out = torch.zeros(self.num_objectives, *self.shape, dtype=self.store.dtype, device=self.store.device)

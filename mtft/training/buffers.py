@@ -15,7 +15,7 @@ from typing import Optional
 
 import torch
 
-from mtft.gradients import full_numel
+from mtft.gradients import full_numel, full_shape
 
 GIB = 2**30
 
@@ -38,8 +38,9 @@ def buffer_bytes(
     ranks) and T × the rows a step can touch of each row-sparse weight (at most its tokens) × the row's size."""
     dense = sum(full_numel(p) for p in trainable if p not in row_sparse)
     sparse = 0
-    for p in row_sparse:
-        rows = p.shape[0] if p.dim() else 1
+    for p in row_sparse:  # ZeRO-3: a partitioned weight's own shape is its placeholder's, its full one ds_shape
+        shape = full_shape(p)
+        rows = shape[0] if len(shape) else 1
         per_row = full_numel(p) // max(rows, 1)
         sparse += min(rows, tokens_per_step) * per_row
     return num_objectives * (dense // max(world_size, 1) + sparse) * element_size

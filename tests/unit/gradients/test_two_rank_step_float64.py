@@ -19,7 +19,7 @@ import torch
 from mtft.training.gram_step import GramWeightedStep
 from mtft.weighting.lfmlf import LFMLF
 from tests.launch import run_ranks
-from tests.unit.gradients.test_gradients import FakeEngine, make_batch
+from tests.unit.gradients.test_gradients import MIXED, FakeEngine, make_batch
 from tests.unit.gradients.test_layerwise import multi_lora
 from tests.unit.gradients.test_sharded import _free_port
 from tests.unit.gradients.test_zero3_step import as_partitioned
@@ -27,7 +27,7 @@ from tests.unit.gradients.test_zero3_step import as_partitioned
 WORLD = 2
 # the global batch: 8 rows of 3 objectives over two tasks; rank r holds rows 4r..4r+3, padded to its own longest
 # row (as each rank's collation pads), so the two ranks see different padding from the one process
-ROWS = dict(objectives=[2, 0, 1, 1, 0, 2, 1, 0], heads=[0, 1, 0, 0, 1, 0, 0, 1], labels=[1, 2, 0, 1, 0, 1, 1, 2])
+ROWS = MIXED
 TEXTS = [
     "alpha beta",
     "gamma delta epsilon zeta eta theta",

@@ -1,0 +1,28 @@
+"""weighting.gradient_buffers: auto -- the buffers' bytes by formula (a ZeRO-3 partition counted at its full shape)
+and the choice against a budget, with the reason for the log."""
+
+from __future__ import annotations
+
+import torch
+
+from mtft.training.buffers import buffer_bytes, choose_buffers
+
+
+def test_bytes_count_dense_parameters_over_the_ranks_and_the_rows_a_step_can_touch():
+    dense, table = torch.zeros(10, 4), torch.zeros(1000, 8)
+    assert buffer_bytes([dense, table], {table}, 3, 2, tokens_per_step=50) == 3 * (40 // 2 + 50 * 8) * 4
+
+
+def test_a_zero3_partition_is_counted_at_its_full_shape():
+    table = torch.zeros(0)  # ZeRO-3's placeholder between passes; its shape is ds_shape
+    table.ds_shape, table.ds_numel = torch.Size([1000, 8]), 8000
+    assert buffer_bytes([table], {table}, 2, 1, tokens_per_step=50, element_size=2) == 2 * 50 * 8 * 2
+
+
+def test_auto_chooses_by_the_budget_and_says_why():
+    cpu = torch.device("cpu")
+    fits = choose_buffers("auto", 2**20, 0.5, cpu, 48)
+    assert fits.mode == "full" and "fit in the budget of 512.0 MiB" in fits.why
+    over = choose_buffers("auto", 2**31, 0.5, cpu, 48)
+    assert over.mode == "none" and "2.00 GiB of per-objective buffers at T = 48 exceed" in over.why
+    assert choose_buffers("bfloat16", 2**31, None, cpu, 48).mode == "bfloat16"
