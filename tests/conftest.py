@@ -98,6 +98,23 @@ def machine(private_cache, tmp_path_factory):
     MULTIPROCESS.path = None
 
 
+def xnli_task_spec(name: str, languages: list[str], head: str = "sequence_classification", **fields) -> dict:
+    """A task file's fields for a task of its own on the XNLI fixtures (in-language, premise and hypothesis)."""
+    return {
+        "task": name,
+        "head": head,
+        **fields,
+        "languages": languages,
+        "default_protocol": "in_language",
+        "text_columns": ["premise", "hypothesis"],
+        "metrics": ["accuracy"],
+        "data": {
+            "train": {"path": "facebook/xnli", "name": "{language}", "split": "train"},
+            "validation": {"path": "facebook/xnli", "name": "{language}", "split": "validation"},
+        },
+    }
+
+
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 

@@ -13,7 +13,16 @@ import yaml
 from safetensors.torch import load_file
 
 from mtft.data.sampler import MultiObjectiveSampler, mixing_probabilities
-from tests.conftest import BASE_CONFIG, base_overrides, clean_env, read_jsonl, run_cli, run_process, run_torchrun
+from tests.conftest import (
+    BASE_CONFIG,
+    base_overrides,
+    clean_env,
+    read_jsonl,
+    run_cli,
+    run_process,
+    run_torchrun,
+    xnli_task_spec,
+)
 
 # a hang (a rank stuck in a collective) fails the test: one test here runs at most 2 short runs, ~1-2 minutes
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(600)]
@@ -27,22 +36,7 @@ LOSS_TOLERANCE = 1e-5
 def second_task(folder: Path) -> Path:
     """A second task on the XNLI fixtures, so that ranks often hold different task heads in one step."""
     folder.mkdir(parents=True)
-    (folder / "nli_copy.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "task": "nli_copy",
-                "head": "sequence_classification",
-                "languages": ["sw", "ru"],
-                "default_protocol": "in_language",
-                "text_columns": ["premise", "hypothesis"],
-                "metrics": ["accuracy"],
-                "data": {
-                    "train": {"path": "facebook/xnli", "name": "{language}", "split": "train"},
-                    "validation": {"path": "facebook/xnli", "name": "{language}", "split": "validation"},
-                },
-            }
-        )
-    )
+    (folder / "nli_copy.yaml").write_text(yaml.safe_dump(xnli_task_spec("nli_copy", ["sw", "ru"])))
     return folder
 
 

@@ -9,7 +9,7 @@ import math
 import pytest
 import yaml
 
-from tests.conftest import BASE_CONFIG, base_overrides, run_cli
+from tests.conftest import BASE_CONFIG, base_overrides, run_cli, xnli_task_spec
 
 KIND_MODULE = '''
 from dataclasses import dataclass
@@ -63,19 +63,9 @@ def trained(tmp_path_factory):
     tasks = folder / "tasks"
     tasks.mkdir()
     (tasks / "tempered_kind.py").write_text(KIND_MODULE)
-    spec = {
-        "task": "nli_tempered",
-        "head": "tempered_classification",
-        "class": "tempered_kind:IndexedTask",
-        "languages": ["en", "de"],
-        "default_protocol": "in_language",
-        "text_columns": ["premise", "hypothesis"],
-        "metrics": ["accuracy"],
-        "data": {
-            "train": {"path": "facebook/xnli", "name": "{language}", "split": "train"},
-            "validation": {"path": "facebook/xnli", "name": "{language}", "split": "validation"},
-        },
-    }
+    spec = xnli_task_spec(
+        "nli_tempered", ["en", "de"], head="tempered_classification", **{"class": "tempered_kind:IndexedTask"}
+    )
     (tasks / "nli_tempered.yaml").write_text(yaml.safe_dump(spec))
     out = folder / "run"
     overrides = base_overrides(
