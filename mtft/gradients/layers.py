@@ -8,98 +8,66 @@ gradient of its output δ in the backward pass; what it then writes per objectiv
     LayerNorm:  ∂L_t/∂γ = Σ_{n∈t} δ_n ⊙ x̂_n        ∂L_t/∂β = Σ_{n∈t} δ_n
 
 The rules for these three torch layers live here. A layer of any other type that holds trainable parameters
-provides its own by implementing :class:`PerObjectiveLayer` -- three methods, matched by name, so that the layer's
-module imports nothing from here (Multi-LoRA's ``RoutedLoraB`` in ``mtft/adapters/multi_lora/layer.py`` and the
-MHLoss heads' ``MultiLinear`` in ``mtft/models/multihead.py`` do so; so can a layer defined outside mtft). The
-products are written through :class:`Products`, which the collector implements.
+provides its own by implementing :class:`~mtft.core.per_objective.PerObjectiveLayer` -- three methods, matched by
+name, typed by the contract in ``mtft.core.per_objective``, so that the layer's module imports nothing from the
+engine (Multi-LoRA's ``RoutedLoraB`` in ``mtft/adapters/multi_lora/layer.py`` and the MHLoss heads'
+``MultiLinear`` in ``mtft/models/multihead.py`` do so; so can a layer defined outside mtft). The products are
+written through :class:`~mtft.core.per_objective.Products`, which the collectors implement.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, Sequence, Union, runtime_checkable
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
 
-from mtft.gradients.row_sparse import RowSparseBuffer
+from mtft.core.per_objective import PerObjectiveLayer, Products, Segments, grouped
 
-# (objective, its rows): a slice when the batch is sorted by objective, else an index tensor.
-Segments = Sequence[tuple[int, Union[slice, torch.Tensor]]]
-
-
-class Products(Protocol):
-    """Where a layer writes its per-objective products (implemented by
-    :class:`~mtft.gradients.PerObjectiveGradients`): a dense parameter's by :meth:`write` / :meth:`write_product`
-    (the first write of a step overwrites, later ones add), a row-sparse parameter's into the slots of its
-    :meth:`rows` buffer."""
-
-    dtype: torch.dtype
-
-    def trains(self, param: torch.Tensor) -> bool:
-        """Whether ``param`` is one of the collected (trainable) parameters."""
-        ...
-
-    def write(self, param: torch.Tensor, t: int, value: torch.Tensor) -> None: ...
-
-    def write_product(self, param: torch.Tensor, t: int, a: torch.Tensor, b: torch.Tensor) -> None:
-        """Objective t's gradient of ``param`` gets ``a @ b`` (written straight into the buffer)."""
-        ...
-
-    def rows(self, param: torch.Tensor) -> RowSparseBuffer:
-        """The buffer of a row-sparse parameter: ``slots(index)`` gives each touched row its slot in ``store[t]``."""
-        ...
-
-
-@runtime_checkable
-class PerObjectiveLayer(Protocol):
-    """A layer that computes its own per-objective products (any ``nn.Module`` with these three methods)."""
-
-    def per_objective_input(self, inputs: tuple[Any, ...], output: torch.Tensor) -> tuple[Any, int]:
-        """What the products need from a forward call (``inputs``: its positional arguments), detached, and the
-        dimension of ``output`` that holds the batch's rows (0 unless the layer stacks something before them)."""
-        ...
-
-    def per_objective_products(self, saved: Any, segments: Segments, grad: torch.Tensor, out: Products) -> None:
-        """Write every present objective's gradient of the layer's trainable parameters into ``out``:
-        ``grad`` is δ, the gradient of the layer's output; ``segments`` says which rows are whose."""
-        ...
-
-    def per_objective_row_sparse(self) -> Sequence[nn.Parameter]:
-        """The parameters whose gradient touches only some rows of their first dimension (an embedding's looked-up
-        tokens): their buffers keep the touched rows only (:class:`~mtft.gradients.row_sparse.RowSparseBuffer`)."""
-        ...
+__all__ = ["BUILTIN", "PerObjectiveLayer", "Products", "Rule", "Segments", "row_sparse_parameters"]
 
 
 def _linear(module: nn.Linear, x: torch.Tensor, segments: Segments, grad: torch.Tensor, out: Products) -> None:
-    for t, rows in segments:
-        g = grad[rows].reshape(-1, grad.shape[-1])
-        if out.trains(module.weight):
-            out.write_product(module.weight, t, g.t(), x[rows].reshape(-1, x.shape[-1]))
-        if module.bias is not None and out.trains(module.bias):
-            out.write(module.bias, t, g.sum(0))
+    if not segments:  # no row of this call is an objective's (a head without rows)
+        return
+    groups = grouped(segments, grad.shape[0], grad.device)
+    if out.trains(module.weight):  # one batched product per distinct row count (mtft.core.per_objective.RowGroups)
+        for bucket in groups.buckets:
+            products = torch.bmm(bucket.stack(grad).transpose(1, 2), bucket.stack(x))
+            out.write_all(module.weight, bucket.objectives, products)
+    if module.bias is not None and out.trains(module.bias):
+        out.write_all(module.bias, groups.objectives, groups.sums(grad))
 
 
 def _embedding(module: nn.Embedding, ids: torch.Tensor, segments: Segments, grad: torch.Tensor, out: Products) -> None:
-    for t, rows in segments:
-        index, g = ids[rows].reshape(-1), grad[rows].reshape(-1, grad.shape[-1])
-        if module.padding_idx is not None:  # nn.Embedding gives the padding row no gradient
-            keep = index != module.padding_idx
-            index, g = index[keep], g[keep]
-        buffer = out.rows(module.weight)
-        slots = buffer.slots(index)
-        buffer.store[t].index_add_(0, slots, g.to(out.dtype))
+    """Every objective's touched rows in one ``index_add_``: token k of objective t adds into slot t × slots + its
+    row's slot of the (T, slots, h) store."""
+    if not segments:  # no row of this call is an objective's (a head without rows)
+        return
+    groups = grouped(segments, ids.shape[0], ids.device)
+    tokens = ids[0].numel() if ids.shape[0] else 0
+    objective = groups.objective_of_row().to(ids.device).repeat_interleave(tokens)
+    index, g = ids.reshape(-1), grad.reshape(-1, grad.shape[-1])
+    if module.padding_idx is not None:  # nn.Embedding gives the padding row no gradient
+        keep = index != module.padding_idx
+        index, g, objective = index[keep], g[keep], objective[keep]
+    buffer = out.rows(module.weight)
+    slots = buffer.slots(index)  # may grow the store: its shape is read after
+    store = buffer.store.view(-1, *buffer.store.shape[2:])
+    store.index_add_(0, objective * buffer.store.shape[1] + slots, g.to(out.dtype))
 
 
 def _layer_norm(module: nn.LayerNorm, x: torch.Tensor, segments: Segments, grad: torch.Tensor, out: Products) -> None:
-    has_weight = module.weight is not None and out.trains(module.weight)
-    normalised = nn.functional.layer_norm(x, module.normalized_shape, eps=module.eps) if has_weight else None
+    if not segments:  # no row of this call is an objective's (a head without rows)
+        return
+    groups = grouped(segments, grad.shape[0], grad.device)
     width = int(torch.tensor(module.normalized_shape).prod())
-    for t, rows in segments:
-        g = grad[rows].reshape(-1, width)
-        if has_weight:  # then normalised is a tensor
-            out.write(module.weight, t, (g * normalised[rows].reshape(-1, width)).sum(0))  # type: ignore[index]
-        if module.bias is not None and out.trains(module.bias):
-            out.write(module.bias, t, g.sum(0))
+    g = grad.reshape(grad.shape[0], -1, width)
+    if module.weight is not None and out.trains(module.weight):
+        normalised = nn.functional.layer_norm(x, module.normalized_shape, eps=module.eps)
+        out.write_all(module.weight, groups.objectives, groups.sums(g * normalised.reshape(g.shape)))
+    if module.bias is not None and out.trains(module.bias):
+        out.write_all(module.bias, groups.objectives, groups.sums(g))
 
 
 BUILTIN: dict[type[nn.Module], Callable[..., None]] = {

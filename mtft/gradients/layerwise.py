@@ -39,7 +39,8 @@ import torch
 from torch import nn
 
 from mtft.core.distributed import reduce_scatter
-from mtft.gradients.layers import Rule, Segments
+from mtft.core.per_objective import Segments, grouped
+from mtft.gradients.layers import Rule
 from mtft.gradients.per_objective import (
     FirstWriteProducts,
     Metric,
@@ -96,7 +97,7 @@ class LayerProducts(FirstWriteProducts):
     def rows(self, param: torch.Tensor) -> RowSparseBuffer:
         return self.sparse[param]
 
-    def _target(self, param: torch.Tensor, t: int) -> tuple[torch.Tensor, bool]:
+    def _buffer(self, param: torch.Tensor) -> torch.Tensor:
         buffer = self.dense.get(param)
         if buffer is None:  # uninitialised: a first write overwrites, of() zeroes the rows never written
             shape = (self.num_objectives, *full_shape(param))
@@ -104,9 +105,19 @@ class LayerProducts(FirstWriteProducts):
                 buffer = self.dense[param] = self.workspace.take(shape, self.dense.values(), param.device)
             else:
                 buffer = self.dense[param] = torch.empty(shape, dtype=self.dtype, device=param.device)
+        return buffer
+
+    def _target(self, param: torch.Tensor, t: int) -> tuple[torch.Tensor, bool]:
+        buffer = self._buffer(param)
         first = (param, t) not in self._written
         self._written.add((param, t))
         return buffer[t], first
+
+    def _block(self, param: torch.Tensor, objectives: list[int]) -> tuple[torch.Tensor, list[int], list[bool]]:
+        buffer = self._buffer(param)
+        first = [(param, t) not in self._written for t in objectives]
+        self._written.update((param, t) for t in objectives)
+        return buffer.view(self.num_objectives, -1), objectives, first
 
     def of(self, param: torch.Tensor) -> torch.Tensor:
         """(T, *shape) products of a dense parameter (zeros where nothing was written)."""
@@ -304,9 +315,8 @@ class LayerwiseGradients:
 def _scaled(record: _Record, weights: torch.Tensor) -> torch.Tensor:
     """The record's output gradient with row n scaled by weights[t(n)]: the output gradient of Σ_t w_t sum_t."""
     rows = record.grad.shape[record.dim]
-    scale = torch.zeros(rows, dtype=weights.dtype, device=record.grad.device)
-    for t, selection in record.segments:
-        scale[selection] = weights[t].to(scale.device)
+    groups = grouped(record.segments, rows, record.grad.device)
+    scale = weights.to(record.grad.device)[groups.objective_of_row()]
     shape = [1] * record.grad.dim()
     shape[record.dim] = rows
     return record.grad * scale.view(shape).to(record.grad.dtype)

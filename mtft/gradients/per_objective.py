@@ -25,8 +25,9 @@ from typing import Any, Iterator, Optional, Protocol, cast
 import torch
 from torch import nn
 
+from mtft.core.per_objective import SegmentList, Segments
 from mtft.core.rows import row_labels
-from mtft.gradients.layers import Rule, Segments
+from mtft.gradients.layers import Rule
 from mtft.gradients.row_sparse import RowSparseBuffer
 from mtft.gradients.shapes import full_numel, full_shape
 
@@ -43,6 +44,10 @@ class GradientSink(Protocol):
     :mod:`mtft.gradients.sharded`, which reduces each layer's as soon as the backward pass has written it)."""
 
     def target(self, param: torch.Tensor, t: int) -> torch.Tensor: ...
+
+    def block(self, param: torch.Tensor, objectives: list[int]) -> tuple[torch.Tensor, list[int]]:
+        """A (rows, numel) view holding ``param``'s gradients, and the row of each of ``objectives``."""
+        ...
 
     def forwarded(self, module: nn.Module, output: torch.Tensor) -> None: ...
 
@@ -69,6 +74,25 @@ class FirstWriteProducts:
 
     def _target(self, param: torch.Tensor, t: int) -> tuple[torch.Tensor, bool]:
         raise NotImplementedError
+
+    def _block(self, param: torch.Tensor, objectives: list[int]) -> tuple[torch.Tensor, list[int], list[bool]]:
+        """A (rows, numel) view of ``param``'s targets, each objective's row in it, and whether each objective's
+        write is its first (as :meth:`_target` says one at a time)."""
+        raise NotImplementedError
+
+    def write_all(self, param: torch.Tensor, objectives: torch.Tensor, values: torch.Tensor) -> None:
+        ts = objectives.tolist()
+        block, rows, first = self._block(param, ts)
+        values = values.reshape(len(ts), -1).to(block.dtype)
+        index = torch.tensor(rows, dtype=torch.long, device=block.device)
+        if all(first):
+            block.index_copy_(0, index, values)
+        elif not any(first):
+            block.index_add_(0, index, values)
+        else:
+            fresh = torch.tensor(first, device=block.device)
+            block.index_copy_(0, index[fresh], values[fresh])
+            block.index_add_(0, index[~fresh], values[~fresh])
 
     def write(self, param: torch.Tensor, t: int, value: torch.Tensor) -> None:
         target, first = self._target(param, t)
@@ -122,7 +146,7 @@ class PerObjectiveGradients(FirstWriteProducts):
         if unsupported:
             raise ValueError(
                 "per-objective gradients cover Linear, Embedding and LayerNorm parameters and layers that compute "
-                "their own (mtft.gradients.layers.PerObjectiveLayer); these modules hold other trainable "
+                "their own (mtft.core.per_objective.PerObjectiveLayer); these modules hold other trainable "
                 f"parameters: {', '.join(unsupported)}"
             )
         # Parameters whose gradient touches only some rows of the first dimension (an embedding's looked-up tokens,
@@ -167,6 +191,7 @@ class PerObjectiveGradients(FirstWriteProducts):
         # (parameter, objective) pairs written since zero(): the first write overwrites, later ones add, and
         # finalize() zeroes the rest -- cheaper than clearing all T × P floats every step.
         self._touched: set[tuple[int, int]] = set()
+        self._last_segments: tuple[Optional[torch.Tensor], Segments] = (None, [])
 
     # ------------------------------------------------------------------------------------------------
     def attach(self) -> "PerObjectiveGradients":
@@ -250,11 +275,20 @@ class PerObjectiveGradients(FirstWriteProducts):
             # Nothing upstream needs a gradient (frozen embeddings, detached parameters): make the output
             # a leaf so that the backward pass still brings this layer its output gradient.
             output = output.detach().requires_grad_(True)
-        segments = _segments(rows)
+        segments = self._segments_of(rows)
         output.register_hook(lambda grad: self._accumulate(rule, saved, segments, grad, dim))
         if self.sink is not None:
             self.sink.forwarded(module, output)
         return output
+
+    def _segments_of(self, rows: torch.Tensor) -> Segments:
+        """The segments of a call's row labels: the labels a forward pass declares are one tensor for every layer,
+        so their segments (and grouping, mtft.gradients.row_groups) are formed once a forward pass, not per layer."""
+        cached_rows, cached = self._last_segments
+        if cached_rows is not rows:
+            cached = _segments(rows)
+            self._last_segments = (rows, cached)
+        return cached
 
     @torch.no_grad()
     def _accumulate(self, rule: Rule, saved: Any, segments: Segments, grad: torch.Tensor, dim: int) -> None:
@@ -291,6 +325,15 @@ class PerObjectiveGradients(FirstWriteProducts):
         first = key not in self._touched
         self._touched.add(key)
         return self.views[param][t], first
+
+    def _block(self, param: torch.Tensor, objectives: list[int]) -> tuple[torch.Tensor, list[int], list[bool]]:
+        if param not in self.views:  # the sink's staging rows (zeroed there: add)
+            block, rows = cast(GradientSink, self.sink).block(param, objectives)
+            return block, rows, [False] * len(rows)
+        i = self.index[param]
+        first = [(i, t) not in self._touched for t in objectives]
+        self._touched.update((i, t) for t in objectives)
+        return self.views[param].reshape(self.num_objectives, -1), objectives, first
 
     # ------------------------------------------------------------------------------------------------
     def gram(self, params: list[nn.Parameter], only_rows: OnlyRows = None, metric: Metric = None) -> torch.Tensor:
@@ -418,16 +461,16 @@ def matvec(block: torch.Tensor, vector: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _segments(rows: torch.Tensor) -> Segments:
+def _segments(rows: torch.Tensor) -> SegmentList:
     """(objective, row selector) pairs: contiguous slices when rows are sorted by objective."""
     rows = rows.detach()
     if rows.numel() == 0:
-        return []
+        return SegmentList()
     values, counts = torch.unique_consecutive(rows, return_counts=True)
     if len(set(values.tolist())) == len(values):  # each objective's rows are contiguous
-        out, start = [], 0
+        out, start = SegmentList(), 0
         for t, c in zip(values.tolist(), counts.tolist()):
             out.append((t, slice(start, start + c)))
             start += c
         return out
-    return [(t, (rows == t).nonzero(as_tuple=True)[0]) for t in torch.unique(rows).tolist()]
+    return SegmentList((t, (rows == t).nonzero(as_tuple=True)[0]) for t in torch.unique(rows).tolist())

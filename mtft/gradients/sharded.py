@@ -147,13 +147,18 @@ class ShardedGradients:
 
     def target(self, param: torch.Tensor, t: int) -> torch.Tensor:
         """Where the backward pass adds objective t's gradient of a dense parameter: its layer's staging row."""
+        block, (row,) = self.block(param, [t])
+        return block[row].view(full_shape(param))
+
+    def block(self, param: torch.Tensor, objectives: list[int]) -> tuple[torch.Tensor, list[int]]:
+        """The staging columns of a dense parameter (a row per objective present) and the rows of ``objectives``."""
         i, offset = self.place[param]
         stage = self._staging.get(i)
         if stage is None:
             stage = self._staging[i] = self._zeros(self.layers[i])
             in_flight = sum(s.numel() * s.element_size() for s in self._staging.values())
             self.peak_staging_bytes = max(self.peak_staging_bytes, in_flight)
-        return stage[self._row_of[t], offset : offset + full_numel(param)].view(full_shape(param))
+        return stage[:, offset : offset + full_numel(param)], [self._row_of[t] for t in objectives]
 
     def _zeros(self, layer: _Layer) -> torch.Tensor:
         """A layer's staging buffer: a row per objective present in the micro-batch, N parts of columns."""

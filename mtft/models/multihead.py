@@ -17,6 +17,8 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch import nn
 
+from mtft.core.per_objective import Products, Segments
+
 
 class MultiLinear(nn.Module):
     """H linear layers ``in_features -> out_features`` stored as one ``weight`` (H, out, in) and ``bias`` (H, out).
@@ -42,7 +44,7 @@ class MultiLinear(nn.Module):
             )
         return nn.functional.linear(x, self.weight.mean(0), self.bias.mean(0))
 
-    # -- per-objective gradients (mtft.gradients.layers.PerObjectiveLayer) ----------------------------------------
+    # -- per-objective gradients (mtft.core.per_objective.PerObjectiveLayer) ----------------------------------------
     def per_objective_input(self, inputs: tuple[Any, ...], output: torch.Tensor) -> tuple[Any, int]:
         """The input; the per-head output is (H, rows, out): its rows are the second dimension."""
         return inputs[0].detach(), 1 if output.dim() == inputs[0].dim() + 1 else 0
@@ -50,7 +52,7 @@ class MultiLinear(nn.Module):
     def per_objective_row_sparse(self) -> Sequence[nn.Parameter]:
         return []
 
-    def per_objective_products(self, x: torch.Tensor, segments: Any, grad: torch.Tensor, out: Any) -> None:
+    def per_objective_products(self, x: torch.Tensor, segments: Segments, grad: torch.Tensor, out: Products) -> None:
         """∂L_t/∂W[h] = Σ_{n∈t} δ_{h,n}ᵀ x_n (δ_h: the gradient of head h's output). ``grad`` is (H, rows, out) for
         the per-head output, or (rows, out) for the averaged head's, whose weight is the mean of the H heads: each
         head then gets 1/H of the ordinary product."""

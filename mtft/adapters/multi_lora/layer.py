@@ -15,6 +15,7 @@ from typing import Any, Literal, Optional, Sequence, Union
 import torch
 from torch import nn
 
+from mtft.core.per_objective import Products, Segments, grouped
 from mtft.core.rows import row_labels
 
 
@@ -23,7 +24,7 @@ class RoutedLoraB(nn.Module):
 
     A module of its own so that per-objective gradient hooks see its input (A·x after dropout) and the rows'
     slots, exactly as they see a Linear layer's input; it computes its own per-objective products (the three
-    ``per_objective_*`` methods: :class:`mtft.gradients.layers.PerObjectiveLayer`)."""
+    ``per_objective_*`` methods: :class:`mtft.core.per_objective.PerObjectiveLayer`)."""
 
     def __init__(self, num_slots: int, out_features: int, r: int, device=None, dtype=None):
         super().__init__()
@@ -35,7 +36,7 @@ class RoutedLoraB(nn.Module):
         out = torch.bmm(shared.reshape(rows, -1, shared.shape[-1]), per_row.transpose(1, 2))
         return out.reshape(*shared.shape[:-1], self.weight.shape[1])
 
-    # -- per-objective gradients (mtft.gradients.layers.PerObjectiveLayer) ----------------------------------------
+    # -- per-objective gradients (mtft.core.per_objective.PerObjectiveLayer) ----------------------------------------
     def per_objective_input(self, inputs: tuple[Any, ...], output: torch.Tensor) -> tuple[Any, int]:
         """A·x and the slot of every row."""
         return (inputs[0].detach(), inputs[1].detach()), 0
@@ -44,13 +45,29 @@ class RoutedLoraB(nn.Module):
         """Only the B's of the slots in the batch get a gradient."""
         return [self.weight]
 
-    def per_objective_products(self, saved: Any, segments: Any, grad: torch.Tensor, out: Any) -> None:
-        """∂L_t/∂B[j] = Σ_{n∈t, slot(n)=j} δ_nᵀ (A·x_n), A frozen: only the rows' own B's."""
+    def per_objective_products(self, saved: Any, segments: Segments, grad: torch.Tensor, out: Products) -> None:
+        """∂L_t/∂B[j] = Σ_{n∈t, slot(n)=j} δ_nᵀ (A·x_n), A frozen: only the rows' own B's. When each objective's rows
+        share one slot (objectives within one task, the usual case), one batched product per distinct row count
+        (:class:`~mtft.core.per_objective.RowGroups`); objectives spanning slots go one (objective, slot) at a time."""
+        if not segments:
+            return
         shared, slots = saved
         buffer = out.rows(self.weight)
+        groups = grouped(segments, slots.shape[0], slots.device)
+        slot_of_segment = torch.zeros(len(groups.objectives), dtype=slots.dtype, device=slots.device)
+        slot_of_segment[groups.segment_of_row] = slots  # any row's slot; all of them when each segment has one
+        if bool((slot_of_segment[groups.segment_of_row] == slots).all()):
+            places = buffer.slots(slot_of_segment)  # may grow the store: its shape is read after
+            store = buffer.store.view(-1, *buffer.store.shape[2:])
+            for bucket in groups.buckets:
+                products = torch.bmm(bucket.stack(grad).transpose(1, 2), bucket.stack(shared))
+                at = bucket.segments.to(places.device)
+                index = bucket.objectives.to(places.device) * buffer.store.shape[1] + places[at]
+                store.index_add_(0, index, products.to(out.dtype))
+            return
         for t, rows in segments:
             row_slots = slots[rows]
-            for j in torch.unique(row_slots).tolist():  # one slot per objective unless objectives span tasks
+            for j in torch.unique(row_slots).tolist():
                 own = rows if bool((row_slots == j).all()) else _select(rows, row_slots == j)
                 g = grad[own].reshape(-1, grad.shape[-1])
                 a_x = shared[own].reshape(-1, shared.shape[-1])

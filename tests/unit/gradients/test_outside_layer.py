@@ -1,5 +1,5 @@
 """A layer defined outside mtft gets exact per-objective gradients by providing its own products
-(mtft.gradients.layers.PerObjectiveLayer), dense or row-sparse, without editing mtft."""
+(mtft.core.per_objective.PerObjectiveLayer), dense or row-sparse, without editing mtft."""
 
 from __future__ import annotations
 
