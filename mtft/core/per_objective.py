@@ -59,6 +59,11 @@ class Products(Protocol):
         """Objective ``objectives[i]``'s gradient of ``param`` gets ``values[i]``, for every i at once."""
         ...
 
+    def write_products(self, param: torch.Tensor, objectives: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+        """Objective ``objectives[i]``'s gradient of ``param`` gets ``a[i] @ b[i]`` (a batched product, written
+        straight into the buffer where it can be)."""
+        ...
+
     def rows(self, param: torch.Tensor) -> RowStore:
         """The buffer of a row-sparse parameter: ``slots(index)`` gives each touched row its slot in ``store[t]``."""
         ...

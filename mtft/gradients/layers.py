@@ -33,8 +33,7 @@ def _linear(module: nn.Linear, x: torch.Tensor, segments: Segments, grad: torch.
     groups = grouped(segments, grad.shape[0], grad.device)
     if out.trains(module.weight):  # one batched product per distinct row count (mtft.core.per_objective.RowGroups)
         for bucket in groups.buckets:
-            products = torch.bmm(bucket.stack(grad).transpose(1, 2), bucket.stack(x))
-            out.write_all(module.weight, bucket.objectives, products)
+            out.write_products(module.weight, bucket.objectives, bucket.stack(grad).transpose(1, 2), bucket.stack(x))
     if module.bias is not None and out.trains(module.bias):
         out.write_all(module.bias, groups.objectives, groups.sums(grad))
 

@@ -66,7 +66,7 @@ class _Record:
 
 
 class LayerProducts(FirstWriteProducts):
-    """The per-objective products of one layer's parameters (the :class:`~mtft.gradients.layers.Products` a rule
+    """The per-objective products of one layer's parameters (the :class:`~mtft.core.per_objective.Products` a rule
     writes through), for ``num_objectives`` objectives: dense (T, *shape) tensors, row-sparse ones by touched row.
     ``keep``: the parameters to compute (others are skipped by the rules)."""
 
@@ -217,13 +217,15 @@ class LayerwiseGradients:
             if dense:
                 partial += self._dense_gram(products, dense, metric)
             for p, buffer in products.sparse.items():
-                rows = self._reduced_rows(buffer)
                 keep = None if only_rows is None else only_rows.get(cast(nn.Parameter, p))
-                if keep is not None:
-                    rows = rows[torch.isin(rows, keep.to(rows.device))]
-                whole += gram_of_blocks(
-                    [(buffer.block(rows), None if metric is None else metric[p][rows])], self.num_objectives
-                )
+                if keep is None and self.world_size == 1:  # all the touched rows, in slot order (no copy)
+                    rows, block = buffer.used()
+                else:
+                    rows = self._reduced_rows(buffer)
+                    if keep is not None:
+                        rows = rows[torch.isin(rows, keep.to(rows.device))]
+                    block = buffer.block(rows)
+                whole += gram_of_blocks([(block, None if metric is None else metric[p][rows])], self.num_objectives)
             del products
         if self.world_size > 1:
             torch.distributed.all_reduce(partial)
@@ -300,10 +302,9 @@ class LayerwiseGradients:
         for _, products in self._products(set(vectors)):
             for p in products.params:
                 v = vectors[p].to(products.dtype)
-                if p in products.sparse:
-                    buffer = products.sparse[p]
-                    rows = buffer.touched()
-                    block, v = buffer.block(rows), v.to(buffer.store.device)[rows]
+                if p in products.sparse:  # this rank's rows, summed over the ranks after: slot order
+                    rows, block = products.sparse[p].used()
+                    v = v.to(block.device)[rows]
                 else:
                     block = products.of(p)
                 out += matvec(block.reshape(self.num_objectives, -1), v.reshape(-1).to(block.device))

@@ -66,7 +66,7 @@ class Recorder(Protocol):
 
 
 class FirstWriteProducts:
-    """Writing a layer's per-objective products (:class:`~mtft.gradients.layers.Products`) into targets of which the
+    """Writing a layer's per-objective products (:class:`~mtft.core.per_objective.Products`) into targets of which the
     first write of a step overwrites and later ones add (cheaper than clearing them first): subclasses say where
     objective t's gradient of a parameter lives and whether this is its first write (``_target``)."""
 
@@ -79,20 +79,6 @@ class FirstWriteProducts:
         """A (rows, numel) view of ``param``'s targets, each objective's row in it, and whether each objective's
         write is its first (as :meth:`_target` says one at a time)."""
         raise NotImplementedError
-
-    def write_all(self, param: torch.Tensor, objectives: torch.Tensor, values: torch.Tensor) -> None:
-        ts = objectives.tolist()
-        block, rows, first = self._block(param, ts)
-        values = values.reshape(len(ts), -1).to(block.dtype)
-        index = torch.tensor(rows, dtype=torch.long, device=block.device)
-        if all(first):
-            block.index_copy_(0, index, values)
-        elif not any(first):
-            block.index_add_(0, index, values)
-        else:
-            fresh = torch.tensor(first, device=block.device)
-            block.index_copy_(0, index[fresh], values[fresh])
-            block.index_add_(0, index[~fresh], values[~fresh])
 
     def write(self, param: torch.Tensor, t: int, value: torch.Tensor) -> None:
         target, first = self._target(param, t)
@@ -107,6 +93,39 @@ class FirstWriteProducts:
             torch.mm(a, b, out=target)
         else:
             target.addmm_(a, b)
+
+    def write_all(self, param: torch.Tensor, objectives: torch.Tensor, values: torch.Tensor) -> None:
+        ts = objectives.tolist()
+        block, rows, first = self._block(param, ts)
+        _write_rows(block, rows, first, values.reshape(len(ts), -1).to(block.dtype))
+
+    def write_products(self, param: torch.Tensor, objectives: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+        ts = objectives.tolist()
+        block, rows, first = self._block(param, ts)
+        run = slice(rows[0], rows[0] + len(rows)) if rows else slice(0, 0)
+        if a.dtype == block.dtype and rows == list(range(run.start, run.stop)) and (all(first) or not any(first)):
+            # the rows are one run of the block: the products go straight into it (no (k, P_layer) temporary,
+            # whose fresh pages would cost as much again)
+            target = block[run].view(len(rows), a.shape[1], b.shape[2])
+            if all(first):
+                torch.bmm(a, b, out=target)
+            else:
+                target.baddbmm_(a, b)
+            return
+        _write_rows(block, rows, first, torch.bmm(a, b).reshape(len(rows), -1).to(block.dtype))
+
+
+def _write_rows(block: torch.Tensor, rows: list[int], first: list[bool], values: torch.Tensor) -> None:
+    """``block[rows[i]]`` gets ``values[i]``: overwritten where ``first[i]``, else added."""
+    index = torch.tensor(rows, dtype=torch.long, device=block.device)
+    if all(first):
+        block.index_copy_(0, index, values)
+    elif not any(first):
+        block.index_add_(0, index, values)
+    else:
+        fresh = torch.tensor(first, device=block.device)
+        block.index_copy_(0, index[fresh], values[fresh])
+        block.index_add_(0, index[~fresh], values[~fresh])
 
 
 class PerObjectiveGradients(FirstWriteProducts):
@@ -241,7 +260,7 @@ class PerObjectiveGradients(FirstWriteProducts):
                 if (self.index[p], t) not in self._touched:
                     view[t].zero_()
                     self._touched.add((self.index[p], t))
-        if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+        if _several_ranks():
             for buffer in self.sparse.values():
                 buffer.take_union_of_ranks()
 
@@ -349,8 +368,8 @@ class PerObjectiveGradients(FirstWriteProducts):
         blocks: list[tuple[torch.Tensor, Optional[torch.Tensor]]] = []
         for p in self.embeddings:
             if p in params:
-                rows = self.gram_rows(p, only_rows)
-                blocks.append((self.sparse[p].block(rows), None if metric is None else metric[p][rows]))
+                rows, block = self.gram_block(p, only_rows)
+                blocks.append((block, None if metric is None else metric[p][rows]))
         if dense and params.issuperset(dense):
             sqrt_p = None if metric is None else torch.cat([metric[p].reshape(-1) for p in dense])
             blocks.append((self.flat, sqrt_p))
@@ -358,13 +377,16 @@ class PerObjectiveGradients(FirstWriteProducts):
             blocks += [(self.views[p], None if metric is None else metric[p]) for p in dense if p in params]
         return gram_of_blocks(blocks, self.num_objectives)
 
-    def gram_rows(self, param: torch.Tensor, only_rows: Optional[dict[nn.Parameter, torch.Tensor]]) -> torch.Tensor:
-        """The rows of a row-sparse weight that a Gram reads: touched this step, and within ``only_rows``."""
-        rows = self.touched_rows(param)
+    def gram_block(self, param: torch.Tensor, only_rows: OnlyRows) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rows of a row-sparse weight that a Gram reads (touched this step, and within ``only_rows``) and
+        their (T, rows, ...) block: on one process all the touched rows in slot order, without a copy."""
         keep = None if only_rows is None else only_rows.get(cast(nn.Parameter, param))
+        if keep is None and not _several_ranks():
+            return self.sparse[param].used()
+        rows = self.touched_rows(param)
         if keep is not None:
             rows = rows[torch.isin(rows, keep.to(rows.device))]
-        return rows
+        return rows, self.sparse[param].block(rows)
 
     def combine(self, weights: torch.Tensor) -> dict[torch.Tensor, torch.Tensor]:
         """Σ_t w_t g_t for every parameter (weights may fold in a per-objective scale such as 1/count_t); in
@@ -375,10 +397,11 @@ class PerObjectiveGradients(FirstWriteProducts):
             out[p] = dense[offset : offset + full_numel(p)].view(full_shape(p))
             offset += full_numel(p)
         for p, buffer in self.sparse.items():
-            rows = buffer.touched()
+            rows, block = buffer.used()  # each row's combination is its own: the slots' order does not matter
             out[p] = torch.zeros(buffer.shape, dtype=dense.dtype, device=self.flat.device)
-            block = buffer.block(rows).reshape(self.num_objectives, -1)
-            out[p][rows] = weighted_sum(weights, block).view(len(rows), *buffer.shape[1:])
+            out[p][rows] = weighted_sum(weights, block.reshape(self.num_objectives, -1)).view(
+                len(rows), *buffer.shape[1:]
+            )
         return out
 
     def contribution(self, weights: torch.Tensor) -> dict[torch.Tensor, torch.Tensor]:
@@ -397,12 +420,16 @@ class PerObjectiveGradients(FirstWriteProducts):
             if p in self.views:
                 view, v = self.views[p], vectors[p].to(self.flat.device)
             elif p in self.sparse:
-                rows = self.touched_rows(p)
-                view, v = self.sparse[p].block(rows), vectors[p].to(self.flat.device)[rows]
+                rows, view = self.gram_block(p, None)
+                v = vectors[p].to(self.flat.device)[rows]
             else:
                 continue
             out += matvec(view.reshape(self.num_objectives, -1), v.reshape(-1))
         return out
+
+
+def _several_ranks() -> bool:
+    return torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1
 
 
 def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:

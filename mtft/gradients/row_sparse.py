@@ -51,6 +51,13 @@ class RowSparseBuffer:
         """The rows touched this step, sorted (the same order on every rank whatever the slots' order)."""
         return torch.sort(self.rows).values
 
+    def used(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The touched rows in slot order and their (T, rows, ...) gradients: a view, no copy. For sums over the rows
+        (a Gram, a dot product) on one process, where their order moves only the round-off, and for per-row
+        results (the combination) anywhere. Several ranks summing over rows use :meth:`touched` and :meth:`block`:
+        their slot orders differ, and the ranks must get the same bits."""
+        return self.rows, self.store[:, : len(self.rows)]
+
     def block(self, rows: torch.Tensor) -> torch.Tensor:
         """(T, len(rows), ...) gradients of the given touched rows (a copy)."""
         return self.store[:, self.slot_of[rows]]

@@ -1,14 +1,11 @@
-"""The rows' grouping behind the batched per-objective products, and the few calls it leaves a layer."""
+"""The rows' grouping behind the batched per-objective products (mtft.core.per_objective.RowGroups)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
 
 from mtft.core.per_objective import RowGroups, SegmentList, grouped
-from mtft.core.rows import labelled_rows
-from mtft.gradients import PerObjectiveGradients
 
 
 def _segments_of(labels: list[int]) -> SegmentList:
@@ -58,42 +55,3 @@ def test_equal_sorted_rows_stack_as_a_view_and_the_grouping_is_formed_once():
     (bucket,) = groups.buckets
     assert bucket.rows is None and bucket.stack(x).data_ptr() == x.data_ptr()
     assert grouped(segments, 4, x.device) is groups
-
-
-def _count_calls(monkeypatch, calls: dict[str, int]) -> None:
-    """Count the rules' calls of torch's matrix products and index-adds (the backward pass's hooks run them)."""
-    for owner, name in [(torch, "bmm"), (torch, "mm"), (torch.Tensor, "addmm_"), (torch.Tensor, "index_add_")]:
-        original = getattr(owner, name)
-
-        def counted(*args, _original=original, _name=name, **kwargs):
-            calls[_name] = calls.get(_name, 0) + 1
-            return _original(*args, **kwargs)
-
-        monkeypatch.setattr(owner, name, counted)
-
-
-@pytest.mark.parametrize("objectives", [4, 48])
-def test_a_linear_layer_costs_the_same_few_calls_whatever_the_number_of_objectives(objectives, monkeypatch):
-    """T objectives with a row each: one batched product for the weight, one index-add each for the products' write
-    and the bias's sum, not T of each; and the products are the per-objective sums."""
-    torch.manual_seed(0)
-    layer = nn.Linear(6, 5).double()
-    collector = PerObjectiveGradients(layer, objectives).attach()
-    x = torch.randn(objectives, 7, 6, dtype=torch.float64)
-    labels = torch.arange(objectives)
-    collector.zero()
-    with collector.capturing(), labelled_rows(objective=labels):
-        loss = layer(x).pow(2).sum()
-    calls: dict[str, int] = {}
-    with monkeypatch.context() as patched:
-        _count_calls(patched, calls)
-        loss.backward()
-    collector.finalize()
-    assert calls.get("bmm", 0) == 1
-    assert calls.get("mm", 0) + calls.get("addmm_", 0) == 0
-    assert calls.get("index_add_", 0) == 1  # the bias's sums (the weight's products are the first write: a copy)
-    for t in range(objectives):
-        layer.zero_grad()
-        layer(x[t : t + 1]).pow(2).sum().backward()
-        torch.testing.assert_close(collector.gradient(layer.weight)[t], layer.weight.grad, rtol=1e-12, atol=1e-12)
-        torch.testing.assert_close(collector.gradient(layer.bias)[t], layer.bias.grad, rtol=1e-12, atol=1e-12)
