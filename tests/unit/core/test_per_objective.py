@@ -6,18 +6,11 @@ import pytest
 import torch
 
 from mtft.core.per_objective import RowGroups, SegmentList, grouped
+from mtft.gradients.per_objective import _segments
 
 
 def _segments_of(labels: list[int]) -> SegmentList:
-    rows = torch.tensor(labels)
-    values, counts = torch.unique_consecutive(rows, return_counts=True)
-    if len(set(values.tolist())) == len(values):
-        out, start = SegmentList(), 0
-        for t, c in zip(values.tolist(), counts.tolist()):
-            out.append((t, slice(start, start + c)))
-            start += c
-        return out
-    return SegmentList((t, (rows == t).nonzero(as_tuple=True)[0]) for t in torch.unique(rows).tolist())
+    return _segments(torch.tensor(labels))  # as the collector forms them
 
 
 CASES = {
