@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ import torch
 import yaml
 
 from mtft.training.restore import load_run
-from tests.conftest import REPO, clean_env, run_process
+from tests.conftest import REPO, run_cli
 
 pytestmark = pytest.mark.timeout(600)
 CELLS = {"full": "encoder weights + task heads", "head": "task heads"}
@@ -52,8 +51,9 @@ def test_leave_one_out_study_reports_the_distance_of_each_pair(tmp_path):
     }
     path = tmp_path / "loo.yaml"
     path.write_text(yaml.safe_dump(study), encoding="utf-8")
-    env = clean_env(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    done = run_process([sys.executable, "run.py", "study", "--config", str(path)], env, processes=2)  # 2 workers
+    # the study and its 4 runs forked from the warm Python (a study launched cold starts its runs cold too);
+    # its 2 workers wait for the other multi-process launches
+    done = run_cli("study", "--config", str(path), processes=2, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "leave-one-out stability of 2 pair(s)" in done.stdout
 

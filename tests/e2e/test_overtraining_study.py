@@ -7,13 +7,12 @@ differences and the analysis's numbers equal the runs' own."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conftest import REPO, clean_env, read_jsonl, run_process
+from tests.conftest import REPO, read_jsonl, run_cli
 
 BUDGETS = [1024, 4096]  # 2 and 8 steps of 16 x 32 tokens
 LRS = [1.0e-3, 3.0e-3]
@@ -44,11 +43,14 @@ def finished(tmp_path_factory) -> Path:
     }
     path = folder / "overtraining.yaml"
     path.write_text(yaml.safe_dump(spec))
-    done = run_process(
-        [sys.executable, "run.py", "study", "--config", str(path)],
-        clean_env(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1"),
+    done = run_cli(  # forked from the warm Python, as its runs then are (a study launched cold starts them cold)
+        "study",
+        "--config",
+        str(path),
         timeout=280,
         processes=2,  # the study's two local workers
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return folder / "study"

@@ -1,6 +1,8 @@
 """``run.py study`` end to end on configs/studies/tiny.yaml (2 learning rates x 2 weightings x 2 seeds, 2 workers):
 the runs, the aggregates against the runs' own metrics.json, a SIGKILLed study resumed to the same result, a
-failing cell, submitit's executor, --report-only and bad input."""
+failing cell, submitit's executor, --report-only and bad input. A study the test signals itself is launched with
+the warm Python's client as its interpreter (tests/e2e/helpers/warm_client.py), so that it and its runs start warm
+as every other launch here does."""
 
 from __future__ import annotations
 
@@ -18,19 +20,20 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tests.conftest import MULTIPROCESS, REPO, clean_env, kill_tree, run_cli
+from tests.conftest import MULTIPROCESS, REPO, THREADS, WARM, clean_env, kill_tree, run_cli
 
 STUDY = "configs/studies/tiny.yaml"
 CELLS = ["lr-0.001_method-mean", "lr-0.001_method-lfmlf", "lr-0.003_method-mean", "lr-0.003_method-lfmlf"]
 pytestmark = pytest.mark.timeout(600)
 
 
-# the shipped study, its runs shortened from 60 to 20 steps (what is tested here does not need them to learn)
+# the shipped study, its runs shortened from 60 to 8 steps (what is tested here does not need them to learn), with
+# a checkpoint and a forgetting measurement half-way, as the shipped study has
 SHORTER = [
-    "overrides.training.max_steps=20",
-    "overrides.evaluation.every_steps=20",
-    "overrides.checkpointing.every_steps=10",
-    "overrides.forgetting.every_steps=10",
+    "overrides.training.max_steps=8",
+    "overrides.evaluation.every_steps=8",
+    "overrides.checkpointing.every_steps=4",
+    "overrides.forgetting.every_steps=4",
 ]
 
 
@@ -42,12 +45,32 @@ def study(out: Path, *args: str, timeout: float = 600, runs: bool = True) -> sub
     )
 
 
-def run_metrics(out: Path) -> dict[tuple[str, int], dict]:
+def run_metrics(out: Path, seeds: tuple[int, ...] = (0, 1)) -> dict[tuple[str, int], dict]:
     return {
         (cell, seed): json.loads((out / "runs" / cell / f"seed-{seed}" / "metrics.json").read_text())
         for cell in CELLS
-        for seed in (0, 1)
+        for seed in seeds
     }
+
+
+#: run.py by its path, as a study the test signals itself is launched: the warm Python runs a script by its
+#: absolute path (sys.argv[0] as well), a fresh interpreter as given; so both print the same command to continue
+SCRIPT = str(REPO / "run.py")
+
+
+def signalled_study(out: Path, *args: str, **streams) -> subprocess.Popen:
+    """``python SCRIPT study`` on the shortened tiny study as a process the test signals itself. Its interpreter is
+    the warm Python's client: the study and its runs are forked warm, and the client forwards the signals it gets
+    to the study, ends as the study ended, and, SIGKILLed, takes the study with it (the warm Python SIGKILLs a run
+    whose client is gone); ``sys.executable`` with ``MTFT_TESTS_COLD=1``."""
+    python = sys.executable
+    if WARM.folder is not None:
+        if WARM.server is None or WARM.server.poll() is not None:
+            WARM.start()  # the server writes the client
+        python = WARM.paths()[1]
+    command = [python, SCRIPT, "study", "--config", STUDY, f"output_dir={out}", *SHORTER, *args]
+    env = clean_env(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", OMP_NUM_THREADS=str(THREADS))
+    return subprocess.Popen(command, cwd=REPO, env=env, start_new_session=True, **streams)
 
 
 @pytest.fixture(scope="module")
@@ -113,27 +136,23 @@ def test_report_only_reaggregates_without_running(finished):
 
 
 def test_sigkilled_study_resumes_to_the_uninterrupted_result(finished, tmp_path):
+    """The study of seed 0 alone (its 4 runs are the same runs as the seed-0 runs of ``finished``): SIGKILLed once a
+    run has finished, then run again, it keeps the finished runs and ends every other where ``finished`` did."""
     out = tmp_path / "tiny"
-    command = [sys.executable, "run.py", "study", "--config", STUDY, f"output_dir={out}", *SHORTER]
-    env = clean_env(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    with (
-        MULTIPROCESS.hold(),
-        subprocess.Popen(
-            command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-        ) as process,
-    ):
+    streams = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    with MULTIPROCESS.hold(), signalled_study(out, "seeds=[0]", **streams) as process:
         _kill_after_a_run_finished(process, out)
     finished_before = {p.parent: p.stat().st_mtime_ns for p in out.glob("runs/*/seed-*/metrics.json")}
-    assert 0 < len(finished_before) < 8
-    again = study(out)
+    assert 0 < len(finished_before) < 4
+    again = study(out, "seeds=[0]")
     assert again.returncode == 0, again.stderr[-2000:]
     assert f"{len(finished_before)} finished" in again.stdout
     for run_dir, mtime in finished_before.items():  # not re-run
         assert (run_dir / "metrics.json").stat().st_mtime_ns == mtime
-    assert run_metrics(out) == run_metrics(finished)  # resumed runs end where uninterrupted ones did
+    assert run_metrics(out, (0,)) == run_metrics(finished, (0,))  # resumed runs end where uninterrupted ones did
     # a run that finished just before the kill, its outcome unrecorded, gets its status from the run (issue 28)
     statuses = [json.loads(p.read_text()) for p in out.glob("status/*/seed-*.json")]
-    assert len(statuses) == 8 and all(s["status"] == "finished" and s["wall_s"] > 0 for s in statuses), statuses
+    assert len(statuses) == 4 and all(s["status"] == "finished" and s["wall_s"] > 0 for s in statuses), statuses
     assert "versions of the mtft source" not in (out / "study.md").read_text()
 
 
@@ -143,7 +162,8 @@ def _kill_after_a_run_finished(process: subprocess.Popen, out: Path) -> None:
         while time.monotonic() < deadline and not list(out.glob("runs/*/seed-*/metrics.json")):
             time.sleep(0.2)
         assert list(out.glob("runs/*/seed-*/metrics.json")), "no run finished in time"
-        os.kill(process.pid, signal.SIGKILL)  # the study alone: its runs get SIGTERM from the kernel
+        # the study alone (its client, which takes it along): its runs get SIGTERM from the kernel
+        os.kill(process.pid, signal.SIGKILL)
         process.wait(timeout=60)
     finally:
         kill_tree(process.pid) if process.poll() is None else None
@@ -155,7 +175,7 @@ def test_a_failing_cell_is_reported_and_the_others_finish(tmp_path):
         out,
         "grid={pretrain.micro_batch_size: [16, 100000]}",
         "overrides.pretrain.before_finetune=true",
-        "overrides.pretrain.tokens=10240",
+        "overrides.pretrain.tokens=2048",  # 4 steps of 16 x 32 tokens
         "seeds=[0]",
         "baseline=null",
     )
@@ -221,18 +241,8 @@ def test_study_directory_of_another_study_is_refused(tmp_path):
 
 def test_ctrl_c_stops_cleanly_and_says_how_to_continue(tmp_path):
     out = tmp_path / "tiny"
-    command = [sys.executable, "run.py", "study", "--config", STUDY, f"output_dir={out}", *SHORTER, "seeds=[0]"]
-    env = clean_env(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     with MULTIPROCESS.hold():
-        process = subprocess.Popen(
-            command,
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
+        process = signalled_study(out, "seeds=[0]", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             deadline = time.monotonic() + 400
             while time.monotonic() < deadline and not list(out.glob("runs/*/seed-0/checkpoints/step-*")):
@@ -245,8 +255,9 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_continue(tmp_path):
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("error: study stopped by SIGINT") and "--resume" not in last
     given = " ".join(shlex.quote(arg) for arg in [*SHORTER, "seeds=[0]"])
-    continued = f"cd {shlex.quote(str(REPO))} && python run.py study --config {STUDY} output_dir={out} {given}"
-    assert last.endswith(f"continue with: {continued}")  # from any folder
+    script = shlex.quote(SCRIPT)
+    continued = f"cd {shlex.quote(str(REPO))} && python {script} study --config {STUDY} output_dir={out} {given}"
+    assert last.endswith(f"continue with: {continued}")  # from any folder (a relative run.py: tests/unit/study)
     statuses = [json.loads(p.read_text())["status"] for p in out.glob("status/*/seed-0.json")]
     assert "interrupted" in statuses and "failed" not in statuses
     assert len(list(out.glob("runs/*/seed-0/metrics.json"))) < 4  # it stopped: not every run finished
