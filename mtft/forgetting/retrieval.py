@@ -133,18 +133,20 @@ def check_bitext_files(
 
 def load_bitext(retrieval: RetrievalSection, corpus: CorpusSection, data: DataSection, pair: str) -> Bitext:
     """The first ``max_sentences`` aligned pairs of ``pair`` whose texts are non-empty and not repeated."""
-    cfg = retrieval
     sides = [
-        _texts(retrieval, corpus, data, name, column, lang) for name, column, lang in _ref_names(cfg, *parse_pair(pair))
+        _texts(retrieval, corpus, data, name, column, lang)
+        for name, column, lang in _ref_names(retrieval, *parse_pair(pair))
     ]
     if len(sides[0]) != len(sides[1]):
         raise DataError(
             f"forgetting.retrieval {pair}: the two languages have {len(sides[0])} and {len(sides[1])} rows in "
-            f"split {cfg.split!r}; a parallel corpus has row i of one translating row i of the other"
+            f"split {retrieval.split!r}; a parallel corpus has row i of one translating row i of the other"
         )
-    bitext = aligned(pair, *sides, cfg.max_sentences)
+    bitext = aligned(pair, *sides, retrieval.max_sentences)
     if len(bitext.source) < 2:
-        raise DataError(f"forgetting.retrieval {pair}: fewer than 2 distinct aligned sentences in split {cfg.split!r}")
+        raise DataError(
+            f"forgetting.retrieval {pair}: fewer than 2 distinct aligned sentences in split {retrieval.split!r}"
+        )
     return bitext
 
 
