@@ -157,7 +157,7 @@ def _load(folder: Path, args):
     else:
         config, models, mlm_model, tokenizer = _finetune_checkpoint(folder, args)
         max_length = args.max_length or config.data.max_length
-    eval_set = build_eval_set(config, tokenizer, config.corpus.languages, max_length)
+    eval_set = build_eval_set(config.corpus, config.data, tokenizer, config.corpus.languages, max_length)
     fresh = load_mlm_model("tiny", None, False, mlm_model.config)
     return f"{folder.name}", models, eval_set, fresh
 
@@ -190,7 +190,7 @@ def _surt_backbone(folder: Path, config, run, backbone: str, revision) -> str:
     model = config.model.model_copy(update={"backbone": backbone, "revision": revision})
     world_size = saved_world_size(latest_checkpoint(run.run_dir) or run.checkpoint)
     key = surt_key(config.model_copy(update={"model": model}), task_training_texts(config), world_size)
-    entry = cache_dir(config) / "surt" / key
+    entry = cache_dir(config.data) / "surt" / key
     if not (entry / MARKER).is_file():
         raise CheckpointError(
             f"--checkpoint {folder}: its SURT re-trained backbone is not in the cache ({entry}); "
@@ -226,7 +226,7 @@ def _finetune_checkpoint(folder: Path, args):
     if config.pretrain.before_finetune:
         backbone, revision = (
             str(
-                cache_dir(config)
+                cache_dir(config.data)
                 / "pretrained"
                 / prelude_key(
                     config,
@@ -251,7 +251,9 @@ def _finetune_checkpoint(folder: Path, args):
         backbone, revision = _surt_backbone(folder, config, run, backbone, revision), None
     mlm_model, head_missing = load_mlm_checkpoint(backbone, revision, config.model.trust_remote_code)
     if head_missing:  # the head the run's monitors fitted to θ_p (from the cache, or fitted again alike)
-        fitted_head(mlm_model, run.tokenizer, config, languages, backbone)
+        fitted_head(
+            mlm_model, run.tokenizer, config.forgetting.head_fit, config.corpus, config.data, languages, backbone
+        )
     models = []
     for slot, name in enumerate(run.method.probe_slots(list(run.heads), run.objectives)):
         mlm = attach_head(run.model.encoder, mlm_model)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mtft.config.schema import RunConfig
+from mtft.config.schema import DataSection
 from mtft.core.paths import default_cache_dir
 
 
-def cache_dir(config: RunConfig) -> Path:
+def cache_dir(data: DataSection) -> Path:
     """``data.cache_dir``, else ``$MTFT_CACHE``, else ``~/.cache/mtft``."""
-    return Path(config.data.cache_dir) if config.data.cache_dir else default_cache_dir()
+    return Path(data.cache_dir) if data.cache_dir else default_cache_dir()

@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 import torch
 from transformers import DataCollatorForLanguageModeling
 
-from mtft.config.schema import CorpusSection, DataSection, RunConfig
+from mtft.config.schema import CorpusSection, DataSection
 from mtft.core.errors import ConfigError, DataError
 from mtft.core.labels import IGNORE_INDEX
 from mtft.core.templates import fill_template
@@ -128,12 +128,13 @@ class MlmEvalSet:
         return h.hexdigest()
 
 
-def build_eval_set(config: RunConfig, tokenizer, languages: Sequence[str], max_length: int) -> MlmEvalSet:
+def build_eval_set(
+    corpus: CorpusSection, data: DataSection, tokenizer, languages: Sequence[str], max_length: int
+) -> MlmEvalSet:
     """Load, tokenise and mask (once, seeded per language) the held-out texts of every language."""
-    corpus = config.corpus
     examples: dict[str, list[MaskedExample]] = {}
     for language in languages:
-        texts = corpus_texts(corpus, config.data, language, corpus.eval_split, corpus.max_eval_examples)
+        texts = corpus_texts(corpus, data, language, corpus.eval_split, corpus.max_eval_examples)
         encoded = tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
         seed = int(hashlib.sha256(f"{corpus.mask_seed}|{language}".encode()).hexdigest()[:8], 16)
         collator = masking_collator(tokenizer, corpus.mlm_probability, seed)

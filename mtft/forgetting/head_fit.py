@@ -27,6 +27,7 @@ import hashlib
 import json
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -34,7 +35,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from mtft.config.paths import cache_dir
-from mtft.config.schema import RunConfig
+from mtft.config.schema import CorpusSection, DataSection, HeadFitSection
 from mtft.core.atomic import AtomicFolder, is_complete, recover, write_json
 from mtft.core.distributed import barrier
 from mtft.core.errors import ConfigError
@@ -44,20 +45,36 @@ from mtft.forgetting.corpus import corpus_path, corpus_texts, masking_collator
 from mtft.forgetting.mlm import split_mlm_model
 from mtft.reporting.logs import logger
 
+
+@dataclass(frozen=True)
+class _Fit:
+    """What the fit reads from the config: ``forgetting.head_fit``, ``corpus.mlm_probability``, ``data.max_length``."""
+
+    settings: HeadFitSection
+    mlm_probability: float
+    max_length: int
+
+
 FIT_VERSION = "1"  # bump when the fit changes what it produces, to invalidate cached heads
 ENCODE_BATCH = 64  # texts per encoder forward while collecting features
 
 
-def fitted_head(mlm_model: nn.Module, tokenizer, config: RunConfig, languages: list[str], backbone: str) -> str:
-    """Fit (or load from the cache) the masked-LM head of ``mlm_model`` to its frozen encoder, in place; returns
-    how L_p is obtained, one sentence for the log and the report. Every rank calls it; rank 0 fits."""
-    settings = config.forgetting.head_fit
-    texts = {
-        lang: corpus_texts(config.corpus, config.data, lang, config.corpus.train_split, settings.examples)
-        for lang in languages
-    }
+def fitted_head(
+    mlm_model: nn.Module,
+    tokenizer,
+    settings: HeadFitSection,
+    corpus: CorpusSection,
+    data: DataSection,
+    languages: list[str],
+    backbone: str,
+) -> str:
+    """Fit (or load from the cache) the masked-LM head of ``mlm_model`` to its frozen encoder, in place, by
+    ``settings`` (``forgetting.head_fit``) on ``corpus``'s training texts; returns how L_p is obtained, one sentence
+    for the log and the report. Every rank calls it; rank 0 fits."""
+    texts = {lang: corpus_texts(corpus, data, lang, corpus.train_split, settings.examples) for lang in languages}
     encoder, head, tied = split_mlm_model(mlm_model)
-    folder = cache_dir(config) / "mlm_heads" / _cache_key(mlm_model, head, tokenizer, texts, config)
+    fit = _Fit(settings, corpus.mlm_probability, data.max_length)
+    folder = cache_dir(data) / "mlm_heads" / _cache_key(mlm_model, head, tokenizer, texts, fit)
     cached = is_complete(folder)
     if not cached:
         main = not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0
@@ -67,27 +84,29 @@ def fitted_head(mlm_model: nn.Module, tokenizer, config: RunConfig, languages: l
             barrier()
             recover(folder)
             if main and not is_complete(folder):
-                _fit_into(folder, mlm_model, head, tied, tokenizer, texts, config, backbone)
+                _fit_into(folder, mlm_model, head, tied, tokenizer, texts, fit, corpus, backbone)
             barrier()
     summary = _load_into(folder, head, tied)
-    corpus = config.corpus.path or "built-in generic-text"
+    source = corpus.path or "built-in generic-text"
     how = (
         f"a masked-LM head fitted to θ_p (the checkpoint {Path(backbone).name} has none): {summary['steps']} Adam "
-        f"steps on {summary['masked_tokens']:,} masked tokens of {summary['texts']:,} {corpus} "
-        f"{config.corpus.train_split} texts ({', '.join(languages)}), training loss {summary['loss_first']:.3f} -> "
+        f"steps on {summary['masked_tokens']:,} masked tokens of {summary['texts']:,} {source} "
+        f"{corpus.train_split} texts ({', '.join(languages)}), training loss {summary['loss_first']:.3f} -> "
         f"{summary['loss_last']:.3f}"
     )
     logger.info(f"forgetting: L_p through {how}{'; from the cache' if cached else ''} ({folder})")
     return how
 
 
-def _fit_into(folder: Path, mlm_model, head, tied, tokenizer, texts, config: RunConfig, backbone: str) -> None:
-    settings = config.forgetting.head_fit
+def _fit_into(
+    folder: Path, mlm_model, head, tied, tokenizer, texts, fit: "_Fit", corpus: CorpusSection, backbone: str
+) -> None:
+    settings = fit.settings
     start = time.perf_counter()
-    features, labels = _masked_features(mlm_model, tokenizer, texts, config)
+    features, labels = _masked_features(mlm_model, tokenizer, texts, fit)
     if not len(labels):
         raise ConfigError(
-            f"corpus {corpus_path(config.corpus)}: no token was masked in its {config.corpus.train_split} texts; "
+            f"corpus {corpus_path(corpus)}: no token was masked in its {corpus.train_split} texts; "
             "the masked-LM head of L_p cannot be fitted (raise forgetting.head_fit.examples or corpus.mlm_probability)"
         )
     weight = None if tied is None else tied.weight
@@ -126,12 +145,12 @@ def _fit_into(folder: Path, mlm_model, head, tied, tokenizer, texts, config: Run
 
 
 @torch.no_grad()
-def _masked_features(mlm_model, tokenizer, texts: dict[str, list[str]], config: RunConfig):
+def _masked_features(mlm_model, tokenizer, texts: dict[str, list[str]], fit: "_Fit"):
     """Hidden states of the frozen encoder at masked positions, and their target tokens (``masks`` maskings)."""
-    settings = config.forgetting.head_fit
+    settings = fit.settings
     encoder = split_mlm_model(mlm_model)[0]
-    collator = masking_collator(tokenizer, config.corpus.mlm_probability, seed=settings.seed)
-    encoded = tokenizer([t for ts in texts.values() for t in ts], truncation=True, max_length=config.data.max_length)
+    collator = masking_collator(tokenizer, fit.mlm_probability, seed=settings.seed)
+    encoded = tokenizer([t for ts in texts.values() for t in ts], truncation=True, max_length=fit.max_length)
     rows = [{"input_ids": ids} for ids in encoded["input_ids"]]
     features, labels = [], []
     was_training = encoder.training
@@ -209,13 +228,13 @@ def _load_into(folder: Path, head: nn.Module, tied) -> dict:
     return summary
 
 
-def _cache_key(mlm_model, head: nn.Module, tokenizer, texts: dict[str, list[str]], config: RunConfig) -> str:
+def _cache_key(mlm_model, head: nn.Module, tokenizer, texts: dict[str, list[str]], fit: "_Fit") -> str:
     """A hash of everything the fitted head depends on: θ_p, the head's architecture, tokenizer, texts, settings."""
     parts = {
         "version": FIT_VERSION,
-        "settings": config.forgetting.head_fit.model_dump(mode="json"),
-        "mlm_probability": config.corpus.mlm_probability,
-        "max_length": config.data.max_length,
+        "settings": fit.settings.model_dump(mode="json"),
+        "mlm_probability": fit.mlm_probability,
+        "max_length": fit.max_length,
         "model_class": type(mlm_model).__name__,
         "head": [(name, list(p.shape)) for name, p in head.named_parameters()],
     }

@@ -85,9 +85,13 @@ def prepare_forgetting(config: RunConfig, model: ModelSection, data) -> Optional
             "synthetic corpus; set corpus.path to generic text in your backbone's languages"
         )
     languages = corpus_languages(config.corpus, [lang for td in data.tasks.values() for lang in td.languages])
-    eval_set = build_eval_set(config, data.tokenizer, languages, config.data.max_length)
+    eval_set = build_eval_set(config.corpus, config.data, data.tokenizer, languages, config.data.max_length)
     check_fixed_batches(config.forgetting, config.corpus, eval_set)
-    retrieval = build_retrieval_set(config, data.tokenizer, languages) if cfg.retrieval.enabled else None
+    retrieval = (
+        build_retrieval_set(cfg, config.corpus, config.data, data.tokenizer, languages)
+        if cfg.retrieval.enabled
+        else None
+    )
     mlm_model, lp_head = masked_lm_for_lp(config, model, data.tokenizer, languages)
     if retrieval is not None and cfg.retrieval.layer is not None:
         layers = config.model.tiny.num_hidden_layers if mlm_model is None else mlm_model.config.num_hidden_layers
@@ -124,7 +128,9 @@ def masked_lm_for_lp(config: RunConfig, model: ModelSection, tokenizer, language
     mlm_model, head_missing = load_mlm_checkpoint(model.backbone, model.revision, model.trust_remote_code)
     if not head_missing:
         return mlm_model, f"the masked-LM head of the checkpoint {model.backbone}"
-    return mlm_model, fitted_head(mlm_model, tokenizer, config, languages, model.backbone)
+    return mlm_model, fitted_head(
+        mlm_model, tokenizer, config.forgetting.head_fit, config.corpus, config.data, languages, model.backbone
+    )
 
 
 def budget_alpha(previous: float, update: float, new: float, radius_sq: float) -> float:
@@ -465,4 +471,4 @@ class ForgettingMonitor:
         folder = Path(self.backbone)
         if folder.is_dir() and os.access(folder, os.W_OK):
             return folder / "lambda_p" / f"{key}.json"
-        return cache_dir(self.config) / "lambda_p" / f"{key}.json"
+        return cache_dir(self.config.data) / "lambda_p" / f"{key}.json"

@@ -24,7 +24,14 @@ from typing import Callable, Sequence
 
 import torch
 
-from mtft.config.schema import LANGUAGE_FIELDS, PAIR_FIELDS, CorpusSection, RetrievalSection, RunConfig
+from mtft.config.schema import (
+    LANGUAGE_FIELDS,
+    PAIR_FIELDS,
+    CorpusSection,
+    DataSection,
+    ForgettingSection,
+    RetrievalSection,
+)
 from mtft.core.errors import ConfigError, DataError
 from mtft.core.templates import check_template, fill_template
 from mtft.data.sources import check_local_files, load_split
@@ -84,12 +91,11 @@ def retrieval_pairs(cfg: RetrievalSection, languages: Sequence[str]) -> list[str
     return [f"{languages[0]}-{other}" for other in languages[1:]]
 
 
-def _texts(config: RunConfig, name: str, column: str, language: str) -> list:
-    cfg = config.forgetting.retrieval
-    ref = DatasetRef(
-        path=retrieval_path(config.forgetting.retrieval, config.corpus), name=name, split=cfg.split, language=language
-    )
-    dataset = load_split(ref, config.data.sources, config.data.cache_dir)
+def _texts(
+    retrieval: RetrievalSection, corpus: CorpusSection, data: DataSection, name: str, column: str, language: str
+) -> list:
+    ref = DatasetRef(path=retrieval_path(retrieval, corpus), name=name, split=retrieval.split, language=language)
+    dataset = load_split(ref, data.sources, data.cache_dir)
     if column not in dataset.column_names:
         raise DataError(
             f"forgetting.retrieval: {ref.describe()} has no column {column!r}; it has: "
@@ -112,35 +118,35 @@ def _ref_names(cfg: RetrievalSection, source: str, target: str) -> list[tuple[st
     return [(name, column, lang) for column, lang in zip(cfg.columns, (source, target))]
 
 
-def check_bitext_files(config: RunConfig, pairs: Sequence[str]) -> None:
+def check_bitext_files(
+    retrieval: RetrievalSection, corpus: CorpusSection, data: DataSection, pairs: Sequence[str]
+) -> None:
     """Before anything heavy: each local file the retrieval monitor reads exists and is UTF-8."""
-    cfg = config.forgetting.retrieval
-    path = retrieval_path(config.forgetting.retrieval, config.corpus)
-    if path.startswith((os.sep, ".")) and path not in config.data.sources and not Path(path).exists():
+    path = retrieval_path(retrieval, corpus)
+    if path.startswith((os.sep, ".")) and path not in data.sources and not Path(path).exists():
         raise DataError(f"forgetting.retrieval.path: no such folder {path}")  # a local path, not a Hub id
     for pair in pairs:
-        for name, _, language in _ref_names(cfg, *parse_pair(pair)):
-            ref = DatasetRef(
-                path=retrieval_path(config.forgetting.retrieval, config.corpus),
-                name=name,
-                split=cfg.split,
-                language=language,
-            )
-            check_local_files(ref, config.data.sources)
+        for name, _, language in _ref_names(retrieval, *parse_pair(pair)):
+            ref = DatasetRef(path=path, name=name, split=retrieval.split, language=language)
+            check_local_files(ref, data.sources)
 
 
-def load_bitext(config: RunConfig, pair: str) -> Bitext:
+def load_bitext(retrieval: RetrievalSection, corpus: CorpusSection, data: DataSection, pair: str) -> Bitext:
     """The first ``max_sentences`` aligned pairs of ``pair`` whose texts are non-empty and not repeated."""
-    cfg = config.forgetting.retrieval
-    sides = [_texts(config, name, column, lang) for name, column, lang in _ref_names(cfg, *parse_pair(pair))]
+    sides = [
+        _texts(retrieval, corpus, data, name, column, lang)
+        for name, column, lang in _ref_names(retrieval, *parse_pair(pair))
+    ]
     if len(sides[0]) != len(sides[1]):
         raise DataError(
             f"forgetting.retrieval {pair}: the two languages have {len(sides[0])} and {len(sides[1])} rows in "
-            f"split {cfg.split!r}; a parallel corpus has row i of one translating row i of the other"
+            f"split {retrieval.split!r}; a parallel corpus has row i of one translating row i of the other"
         )
-    bitext = aligned(pair, *sides, cfg.max_sentences)
+    bitext = aligned(pair, *sides, retrieval.max_sentences)
     if len(bitext.source) < 2:
-        raise DataError(f"forgetting.retrieval {pair}: fewer than 2 distinct aligned sentences in split {cfg.split!r}")
+        raise DataError(
+            f"forgetting.retrieval {pair}: fewer than 2 distinct aligned sentences in split {retrieval.split!r}"
+        )
     return bitext
 
 
@@ -207,9 +213,11 @@ class RetrievalSet:
         return out
 
 
-def build_retrieval_set(config: RunConfig, tokenizer, languages: Sequence[str]) -> RetrievalSet:
-    cfg = config.forgetting.retrieval
-    pairs = retrieval_pairs(cfg, languages)
-    check_bitext_files(config, pairs)
-    bitexts = [load_bitext(config, pair) for pair in pairs]
-    return RetrievalSet(bitexts, tokenizer, config.data.max_length, config.forgetting.batch_size)
+def build_retrieval_set(
+    forgetting: ForgettingSection, corpus: CorpusSection, data: DataSection, tokenizer, languages: Sequence[str]
+) -> RetrievalSet:
+    retrieval = forgetting.retrieval
+    pairs = retrieval_pairs(retrieval, languages)
+    check_bitext_files(retrieval, corpus, data, pairs)
+    bitexts = [load_bitext(retrieval, corpus, data, pair) for pair in pairs]
+    return RetrievalSet(bitexts, tokenizer, data.max_length, forgetting.batch_size)

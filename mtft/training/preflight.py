@@ -46,7 +46,8 @@ def preflight(config: RunConfig) -> Optional[Path]:
         languages = config.corpus.languages or list(dict.fromkeys(task_languages))
         check_corpus_files(config.corpus, config.data, languages, pretraining=config.pretrain.before_finetune)
         if config.forgetting.enabled and config.forgetting.retrieval.enabled:
-            check_bitext_files(config, retrieval_pairs(config.forgetting.retrieval, languages))
+            retrieval = config.forgetting.retrieval
+            check_bitext_files(retrieval, config.corpus, config.data, retrieval_pairs(retrieval, languages))
     return resume_from
 
 

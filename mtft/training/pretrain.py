@@ -83,7 +83,9 @@ class Pretraining:
         model = config.model
         if model.backbone == "tiny":
             self.tokenizer = tiny_tokenizer(
-                [t for ts in texts.values() for t in ts] + list(task_texts), model.tiny.vocab_size, cache_dir(config)
+                [t for ts in texts.values() for t in ts] + list(task_texts),
+                model.tiny.vocab_size,
+                cache_dir(config.data),
             )
             self.mlm_config = tiny_config(model, self.tokenizer, max(self.block_size, config.data.longest_row))
         else:
@@ -98,7 +100,11 @@ class Pretraining:
                 f"{source}: {len(self.blocks)} blocks of {self.block_size} tokens are fewer than one "
                 f"global batch ({p.micro_batch_size * proc.world_size}); lower pretrain.micro_batch_size"
             )
-        self.eval_set = None if self.retraining else build_eval_set(config, self.tokenizer, languages, self.block_size)
+        self.eval_set = (
+            None
+            if self.retraining
+            else build_eval_set(config.corpus, config.data, self.tokenizer, languages, self.block_size)
+        )
 
     def new_model(self):
         model = self.config.model
@@ -261,7 +267,7 @@ def pretrained_backbone(config: RunConfig, proc: ProcessInfo) -> ModelSection:
     quiet_progress()
     languages = config.corpus.languages or task_languages(config)
     texts = tiny_task_texts(config)
-    folder = cache_dir(config) / "pretrained" / prelude_key(config, languages, texts, proc.world_size)
+    folder = cache_dir(config.data) / "pretrained" / prelude_key(config, languages, texts, proc.world_size)
     from_cache_or_fill(
         folder, proc, "pre-trained backbone", lambda: _pretrain_into(config, languages, folder, proc, texts)
     )

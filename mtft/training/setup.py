@@ -32,7 +32,7 @@ def make_tokenizer_factory(config: RunConfig, model: Optional[ModelSection] = No
     """``model``: the model section fine-tuning starts from (``config.model`` with its backbone resolved)."""
     model = model or config.model
     if model.backbone == "tiny":
-        return lambda texts: tiny_tokenizer(texts, model.tiny.vocab_size, cache_dir(config))
+        return lambda texts: tiny_tokenizer(texts, model.tiny.vocab_size, cache_dir(config.data))
     return lambda texts: load_backbone_tokenizer(model.backbone, model.revision, model.trust_remote_code)
 
 

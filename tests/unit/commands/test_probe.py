@@ -112,7 +112,7 @@ def test_probe_of_an_objective_granularity_checkpoint_goes_through_each_objectiv
     results = json.loads((tmp_path / "probe" / "probe.json").read_text())
     assert [r["model"] for r in results] == [f"step-00000002/{name}" for name in OBJECTIVES]
     config = load_config(checkpoint.parent.parent / "config.yaml", ["corpus.max_eval_examples=8"])
-    eval_set = build_eval_set(config, tok, ["en", "de"], 32)
+    eval_set = build_eval_set(config.corpus, config.data, tok, ["en", "de"], 32)
     head_source = AutoModelForMaskedLM.from_pretrained(config.model.backbone)
     for slot, result in enumerate(results):
         expected = lp_per_language(attach_head(merged(encoder, plain, slot), head_source), eval_set, 64, "cpu")

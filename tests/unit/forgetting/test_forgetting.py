@@ -223,8 +223,8 @@ def test_lp_is_identical_on_repeated_evaluations_and_leaves_the_rng_alone(tmp_pa
     mlm, tok = tiny_mlm(tmp_path, dtype=torch.float32)
     mlm.train()
     config = corpus_config()
-    first = build_eval_set(config, tok, ["en", "de"], 32)
-    second = build_eval_set(config, tok, ["en", "de"], 32)
+    first = build_eval_set(config.corpus, config.data, tok, ["en", "de"], 32)
+    second = build_eval_set(config.corpus, config.data, tok, ["en", "de"], 32)
     assert first.digest() == second.digest()  # the same fixed masks every time
     rng = torch.get_rng_state()
     a = lp_per_language(mlm, first, 7, "cpu")
@@ -232,7 +232,8 @@ def test_lp_is_identical_on_repeated_evaluations_and_leaves_the_rng_alone(tmp_pa
     assert torch.equal(rng, torch.get_rng_state())
     assert a == pytest.approx(b, rel=1e-6) and lp_per_language(mlm, first, 7, "cpu") == a
     assert mlm.training and mlm.encoder.training  # modes restored
-    other = build_eval_set(corpus_config(mask_seed=1), tok, ["en", "de"], 32)
+    reseeded = corpus_config(mask_seed=1)
+    other = build_eval_set(reseeded.corpus, reseeded.data, tok, ["en", "de"], 32)
     assert other.digest() != first.digest()
 
 

@@ -50,8 +50,13 @@ def config_for(tmp_path, backbone, **corpus):
 
 def held_out_lp(backbone, mlm_model, config, tokenizer) -> dict[str, float]:
     """L_p at θ_p: a fresh copy of the encoder (as a run builds it) under the head of ``mlm_model``."""
-    eval_set = build_eval_set(config, tokenizer, LANGUAGES, config.data.max_length)
+    eval_set = build_eval_set(config.corpus, config.data, tokenizer, LANGUAGES, config.data.max_length)
     return lp_per_language(attach_head(AutoModel.from_pretrained(str(backbone)), mlm_model), eval_set, 32, "cpu")
+
+
+def _sections(config):
+    """What fitted_head reads of a run's config: forgetting.head_fit, corpus, data."""
+    return config.forgetting.head_fit, config.corpus, config.data
 
 
 def test_fitted_head_measures_held_out_lp_and_leaves_theta_p_untouched(bert, tmp_path):
@@ -63,7 +68,7 @@ def test_fitted_head_measures_held_out_lp_and_leaves_theta_p_untouched(bert, tmp
 
     mlm, _ = load_mlm_checkpoint(str(folder), None, False)
     theta_p = {name: p.detach().clone() for name, p in mlm.bert.named_parameters()}
-    how = fitted_head(mlm, tokenizer, config, LANGUAGES, str(folder))
+    how = fitted_head(mlm, tokenizer, *_sections(config), LANGUAGES, str(folder))
     assert how.startswith("a masked-LM head fitted to θ_p (the checkpoint ") and "training loss" in how
     for name, p in mlm.bert.named_parameters():
         assert torch.equal(p, theta_p[name]), name  # θ_p frozen, the tied decoder (its embedding) included
@@ -83,13 +88,13 @@ def test_fitted_head_is_cached_by_theta_p_and_loaded_bit_exactly(bert, tmp_path,
     folder, tokenizer = bert
     config = config_for(tmp_path, folder)
     first, _ = load_mlm_checkpoint(str(folder), None, False)
-    fitted_head(first, tokenizer, config, LANGUAGES, str(folder))
+    fitted_head(first, tokenizer, *_sections(config), LANGUAGES, str(folder))
     [entry] = [p for p in (tmp_path / "cache" / "mlm_heads").iterdir() if p.is_dir()]  # beside its lock file
     written = (entry / "head.safetensors").stat().st_mtime_ns
 
     second, _ = load_mlm_checkpoint(str(folder), None, False)  # another random head before loading
     mtft_log.clear()
-    fitted_head(second, tokenizer, config, LANGUAGES, str(folder))
+    fitted_head(second, tokenizer, *_sections(config), LANGUAGES, str(folder))
     assert any("from the cache" in r.getMessage() for r in mtft_log)
     assert (entry / "head.safetensors").stat().st_mtime_ns == written
     for (name, a), b in zip(split_mlm_model(first)[1].named_parameters(), split_mlm_model(second)[1].parameters()):
@@ -105,7 +110,7 @@ def test_fitted_head_is_cached_by_theta_p_and_loaded_bit_exactly(bert, tmp_path,
     other, _ = load_mlm_checkpoint(str(folder), None, False)
     with torch.no_grad():
         other.bert.encoder.layer[0].output.dense.weight[0, 0] += 1.0  # another θ_p: another head
-    fitted_head(other, tokenizer, config, LANGUAGES, str(folder))
+    fitted_head(other, tokenizer, *_sections(config), LANGUAGES, str(folder))
     assert len(list((tmp_path / "cache" / "mlm_heads").glob("[0-9a-f]*"))) == 2
 
 
@@ -114,7 +119,7 @@ def test_a_head_that_cannot_be_fitted_refuses_in_one_line_and_caches_nothing(ber
     config = config_for(tmp_path, folder, train_split="no_such_split")
     mlm, _ = load_mlm_checkpoint(str(folder), None, False)
     with pytest.raises(DataError) as error:
-        fitted_head(mlm, tokenizer, config, LANGUAGES, str(folder))
+        fitted_head(mlm, tokenizer, *_sections(config), LANGUAGES, str(folder))
     assert "no_such_split" in str(error.value) and "\n" not in str(error.value)
     assert not (tmp_path / "cache" / "mlm_heads").exists()
 

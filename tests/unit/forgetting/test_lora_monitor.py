@@ -53,7 +53,7 @@ def lora_run(tmp_path):
         },
         "test",
     )
-    setup = ForgettingSetup(build_eval_set(config, tok, ["en", "de"], 16), config.model)
+    setup = ForgettingSetup(build_eval_set(config.corpus, config.data, tok, ["en", "de"], 16), config.model)
     engine = SimpleNamespace(module=model, device=torch.device("cpu"), gradient_accumulation_steps=lambda: 1)
     data = SimpleNamespace(tasks=dict.fromkeys(TASKS), head_tasks=lambda: list(TASKS), objective_names=["a/en", "b/en"])
     monitor = ForgettingMonitor(setup, config, engine, data, True, tmp_path)

@@ -66,7 +66,7 @@ def test_a_pair_layout_file_loads_with_repeats_and_empties_dropped(tmp_path):
     write(folder / "deu-eng" / "test.jsonl", rows)
     cfg = config(tmp_path, name="{source}-{target}", split="test", max_sentences=3)
     cfg.data.sources["my/bitext"] = str(folder / "{name}" / "{split}.jsonl")
-    bitext = load_bitext(cfg, "deu-eng")
+    bitext = load_bitext(cfg.forgetting.retrieval, cfg.corpus, cfg.data, "deu-eng")
     assert (bitext.source, bitext.target) == (["Hallo", "Danke", "Ja"], ["Hello", "Thanks", "Yes"])
 
 
@@ -78,7 +78,7 @@ def test_the_per_language_layout_of_the_built_in_corpus_is_parallel():
         },
         "test",
     )
-    bitext = load_bitext(cfg, "en-de")
+    bitext = load_bitext(cfg.forgetting.retrieval, cfg.corpus, cfg.data, "en-de")
     assert len(bitext.source) == len(bitext.target) == 50
     assert len(set(bitext.source)) == 50 and len(set(bitext.target)) == 50
     # row i of de says what row i of en says: the same concepts, word for word (both are subject-verb-object)
@@ -104,7 +104,7 @@ def test_unequal_sides_and_bad_pairs_are_one_line_errors(tmp_path):
     cfg = config(tmp_path)
     cfg.data.sources["my/bitext"] = str(folder / "{name}" / "{split}.jsonl")
     with pytest.raises(DataError, match="1 rows"):
-        load_bitext(cfg, "en-de")
+        load_bitext(cfg.forgetting.retrieval, cfg.corpus, cfg.data, "en-de")
     with pytest.raises(ConfigError, match="'en' is not 'source-target'"):
         retrieval_pairs(cfg.forgetting.retrieval.model_copy(update={"pairs": ["en"]}), ["en", "de"])
     with pytest.raises(ConfigError, match="needs two languages"):

@@ -46,7 +46,8 @@ def _worker(rank: int, port: int, folder: str, eval_set) -> None:
 def test_two_gloo_ranks_share_the_lp_batches_and_get_one_process_sums(tmp_path):
     _, tok = tiny_mlm(tmp_path)  # trains the tokenizer once, before the ranks read it
     # built here: transformers' seeded masking collator refuses to run in a worker process outside a DataLoader
-    eval_set = build_eval_set(corpus_config(), tok, ["en", "de"], 32)
+    config = corpus_config()
+    eval_set = build_eval_set(config.corpus, config.data, tok, ["en", "de"], 32)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
