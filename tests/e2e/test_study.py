@@ -239,10 +239,15 @@ def test_study_directory_of_another_study_is_refused(tmp_path):
     assert (out / "mine.txt").read_text() == "keep"
 
 
+LONGER = ["overrides.training.max_steps=40", "overrides.evaluation.every_steps=40", "seeds=[0]"]
+
+
 def test_ctrl_c_stops_cleanly_and_says_how_to_continue(tmp_path):
     out = tmp_path / "tiny"
     with MULTIPROCESS.hold():
-        process = signalled_study(out, "seeds=[0]", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # runs of 40 steps: SIGINT at the first checkpoint (step 4) lands with most of a run left (at 8 steps the two
+        # running runs could finish before the signal reached them: no run left to interrupt)
+        process = signalled_study(out, *LONGER, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             deadline = time.monotonic() + 400
             while time.monotonic() < deadline and not list(out.glob("runs/*/seed-0/checkpoints/step-*")):
@@ -254,7 +259,7 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_continue(tmp_path):
     assert process.returncode == 130, stderr[-2000:]
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("error: study stopped by SIGINT") and "--resume" not in last
-    given = " ".join(shlex.quote(arg) for arg in [*SHORTER, "seeds=[0]"])
+    given = " ".join(shlex.quote(arg) for arg in [*SHORTER, *LONGER])
     script = shlex.quote(SCRIPT)
     continued = f"cd {shlex.quote(str(REPO))} && python {script} study --config {STUDY} output_dir={out} {given}"
     assert last.endswith(f"continue with: {continued}")  # from any folder (a relative run.py: tests/unit/study)
