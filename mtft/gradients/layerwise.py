@@ -107,12 +107,6 @@ class LayerProducts(FirstWriteProducts):
                 buffer = self.dense[param] = torch.empty(shape, dtype=self.dtype, device=param.device)
         return buffer
 
-    def _target(self, param: torch.Tensor, t: int) -> tuple[torch.Tensor, bool]:
-        buffer = self._buffer(param)
-        first = (param, t) not in self._written
-        self._written.add((param, t))
-        return buffer[t], first
-
     def _block(self, param: torch.Tensor, objectives: list[int]) -> tuple[torch.Tensor, list[int], list[bool]]:
         buffer = self._buffer(param)
         first = [(param, t) not in self._written for t in objectives]
@@ -121,10 +115,7 @@ class LayerProducts(FirstWriteProducts):
 
     def of(self, param: torch.Tensor) -> torch.Tensor:
         """(T, *shape) products of a dense parameter (zeros where nothing was written)."""
-        if param not in self.dense:
-            self._target(param, 0)
-            self._written.discard((param, 0))
-        buffer = self.dense[param]
+        buffer = self._buffer(param)
         for t in range(self.num_objectives):
             if (param, t) not in self._written:
                 buffer[t].zero_()

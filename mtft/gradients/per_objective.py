@@ -43,8 +43,6 @@ class GradientSink(Protocol):
     """Where the dense parameters' per-objective gradients go instead of the flat buffer (the sharded path,
     :mod:`mtft.gradients.sharded`, which reduces each layer's as soon as the backward pass has written it)."""
 
-    def target(self, param: torch.Tensor, t: int) -> torch.Tensor: ...
-
     def block(self, param: torch.Tensor, objectives: list[int]) -> tuple[torch.Tensor, list[int]]:
         """A (rows, numel) view holding ``param``'s gradients, and the row of each of ``objectives``."""
         ...
@@ -72,13 +70,15 @@ class FirstWriteProducts:
 
     dtype: torch.dtype
 
-    def _target(self, param: torch.Tensor, t: int) -> tuple[torch.Tensor, bool]:
-        raise NotImplementedError
-
     def _block(self, param: torch.Tensor, objectives: list[int]) -> tuple[torch.Tensor, list[int], list[bool]]:
         """A (rows, numel) view of ``param``'s targets, each objective's row in it, and whether each objective's
-        write is its first (as :meth:`_target` says one at a time)."""
+        write is its first (recorded as written)."""
         raise NotImplementedError
+
+    def _target(self, param: torch.Tensor, t: int) -> tuple[torch.Tensor, bool]:
+        """Objective t's target of ``param`` (in its shape) and whether this is its first write: a row of the block."""
+        block, (row,), (first,) = self._block(param, [t])
+        return block[row].view(full_shape(param)), first
 
     def write(self, param: torch.Tensor, t: int, value: torch.Tensor) -> None:
         target, first = self._target(param, t)
@@ -335,15 +335,6 @@ class PerObjectiveGradients(FirstWriteProducts):
 
     def rows(self, param: torch.Tensor) -> RowSparseBuffer:
         return self.sparse[param]
-
-    def _target(self, param: torch.Tensor, t: int) -> tuple[torch.Tensor, bool]:
-        """Objective t's buffer of ``param``, and whether this is the step's first write to it (overwrite)."""
-        if param not in self.views:  # a dense parameter whose gradients go to the sink (zeroed there: add)
-            return cast(GradientSink, self.sink).target(param, t), False
-        key = (self.index[param], t)
-        first = key not in self._touched
-        self._touched.add(key)
-        return self.views[param][t], first
 
     def _block(self, param: torch.Tensor, objectives: list[int]) -> tuple[torch.Tensor, list[int], list[bool]]:
         if param not in self.views:  # the sink's staging rows (zeroed there: add)

@@ -145,11 +145,6 @@ class ShardedGradients:
         if module in self.layer_of:
             self._outputs.append((module, output))
 
-    def target(self, param: torch.Tensor, t: int) -> torch.Tensor:
-        """Where the backward pass adds objective t's gradient of a dense parameter: its layer's staging row."""
-        block, (row,) = self.block(param, [t])
-        return block[row].view(full_shape(param))
-
     def block(self, param: torch.Tensor, objectives: list[int]) -> tuple[torch.Tensor, list[int]]:
         """The staging columns of a dense parameter (a row per objective present) and the rows of ``objectives``."""
         i, offset = self.place[param]
