@@ -24,7 +24,7 @@ import torch
 import yaml
 from safetensors.torch import save_file
 
-from tests.conftest import BASE_CONFIG, REPO, base_overrides, clean_env, read_jsonl, run_cli
+from tests.conftest import BASE_CONFIG, REPO, WARM, base_overrides, clean_env, read_jsonl, run_cli
 
 EVIL = "import pathlib\npathlib.Path(__file__).with_name('CODE_RAN').write_text('ran')\nraise SystemExit(0)\n"
 ROWS = [
@@ -369,12 +369,23 @@ def test_predict_pins_a_checkpoint_that_rotation_removes(trained, tmp_path, monk
         restore.load_run(tmp_path / "run3", _newest(tmp_path / "run3").name)
 
 
+def python() -> str:
+    """The ``python`` of a command the test starts itself and runs beside others: the warm Python's client
+    (tests/e2e/helpers/warm_client.py), which has the command forked warm, ends as it ended and, killed, takes it
+    with it -- no interpreter start-up and teardown per process; a fresh interpreter with ``MTFT_TESTS_COLD=1``."""
+    if WARM.folder is None:
+        return sys.executable
+    if WARM.server is None or WARM.server.poll() is not None:
+        WARM.start()  # the server writes the client
+    return WARM.paths()[1]
+
+
 @pytest.mark.timeout(600)
 def test_two_evaluations_into_one_out_leave_one_whole(trained, tmp_path):
     """Two ``run.py evaluate`` into the same new --out at once: one writes it whole (exit 0), the other is refused
     in one line (exit 2) -- by the lock while the first writes, or because --out is no longer empty."""
     out = tmp_path / "evaluation"
-    argv = [sys.executable, "run.py", "evaluate", "--run", str(trained), "--out", str(out)]
+    argv = [python(), "run.py", "evaluate", "--run", str(trained), "--out", str(out)]
     env = clean_env(OMP_NUM_THREADS="1")
     processes = [subprocess.Popen(argv, cwd=REPO, env=env, stdout=PIPE, stderr=PIPE, text=True) for _ in range(2)]
     results = [(p.wait(300), *p.communicate()) for p in processes]
@@ -404,7 +415,7 @@ def test_loading_latest_while_training_rotates_checkpoints_never_fails(tmp_path)
         "checkpointing.every_steps": 1,
         "checkpointing.keep_last": 1,
     }
-    argv = [sys.executable, "run.py", "--config", BASE_CONFIG, *base_overrides(run, 40, **extra)]
+    argv = [python(), "run.py", "--config", BASE_CONFIG, *base_overrides(run, 40, **extra)]
     training = subprocess.Popen(argv, cwd=REPO, env=clean_env(OMP_NUM_THREADS="1"), stdout=PIPE, stderr=PIPE)
     loads, steps = 0, set()
     try:

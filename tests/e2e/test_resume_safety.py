@@ -4,11 +4,13 @@ mtft.core.runlock). Every resumed run must end with the weights of the uninterru
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import pickle
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -18,7 +20,19 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import BASE_CONFIG, REPO, base_overrides, clean_env, read_jsonl, run_cli, run_script, run_torchrun
+from tests.conftest import (
+    BASE_CONFIG,
+    REPO,
+    WARM,
+    base_overrides,
+    clean_env,
+    kill_tree,
+    read_jsonl,
+    run_cli,
+    run_script,
+    run_torchrun,
+)
+from tests.e2e.helpers.warm_client import Handover
 
 pytestmark = pytest.mark.slow
 
@@ -249,45 +263,85 @@ def test_signal_saves_and_resume_matches(straight, tmp_path, name, code):
     assert json.loads((out / "metrics.json").read_text()) == json.loads((straight / "metrics.json").read_text())
 
 
+class Started:
+    """``python run.py ARGV`` started and not waited for, with one thread, its error output kept: forked from the
+    warm Python (tests/launch.py), whose answer is the run's own pid, or (``MTFT_TESTS_COLD=1``) a fresh
+    interpreter."""
+
+    def __init__(self, argv: list[str], folder: Path) -> None:
+        self.stderr_path, env = folder / "started.err", clean_env(OMP_NUM_THREADS="1")
+        with contextlib.ExitStack() as files:
+            stdin, stdout = (files.enter_context(open(os.devnull, mode)) for mode in ("rb", "wb"))
+            stderr = files.enter_context(open(self.stderr_path, "wb"))
+            if WARM.folder is None:
+                self.run = subprocess.Popen(
+                    [sys.executable, "run.py", *argv], cwd=REPO, stdin=stdin, stdout=stdout, stderr=stderr, env=env
+                )
+            else:
+                if WARM.server is None or WARM.server.poll() is not None:
+                    WARM.start()
+                request = {"script": "run.py", "argv": argv, "env": env, "cwd": str(REPO), "threads": 1}
+                request["unbuffered"] = False
+                self.run = Handover(WARM.paths()[0], request, [stdin.fileno(), stdout.fileno(), stderr.fileno()])
+        self.pid = self.run.pid
+
+    def wait(self, timeout: float) -> tuple[int, str]:
+        """The run's exit status and error output, once it has ended."""
+        if isinstance(self.run, subprocess.Popen):
+            status = self.run.wait(timeout)
+        else:
+            try:
+                status = self.run.status(timeout)
+            except BaseException:
+                kill_tree(self.pid)
+                raise
+            finally:
+                self.run.close()
+        return status, self.stderr_path.read_text()
+
+
 def test_second_run_into_a_live_run_directory_is_refused(tmp_path):
-    out = tmp_path / "run"
-    longer = [*args(out), "training.max_steps=200", "checkpointing.every_steps=100", "evaluation.every_steps=100"]
-    first = subprocess.Popen(
-        [sys.executable, "run.py", *longer],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=clean_env(OMP_NUM_THREADS="1"),
-    )
+    """A second run into a directory whose run is alive is refused at once, naming it, and the first run ends
+    unharmed. The first is stopped (SIGSTOP) from the moment its lock is written until the second has been refused:
+    alive and holding the lock however fast it trains or however slow the machine is, so a 2-step run serves
+    (a 200-step one, left running, was most of this test's time)."""
+    out, logs = tmp_path / "run", tmp_path / "logs"
+    logs.mkdir()
+    short = [*args(out), "training.max_steps=2"]
+    first = Started(short, logs)
     try:
         lock = tmp_path / ".run.lock"
         deadline = time.time() + 120
-        while not (lock.is_file() and lock.read_text().strip()) and first.poll() is None and time.time() < deadline:
-            time.sleep(0.2)
-        assert json.loads(lock.read_text())["pid"] == first.pid
-        started = time.time()
-        second = run_cli(*longer, "--resume", threads=1)  # refused while the first holds the lock: it is alive
-        took = time.time() - started
+        while not (lock.is_file() and lock.read_text().strip()) and time.time() < deadline:
+            time.sleep(0.05)
+        os.kill(first.pid, signal.SIGSTOP)
+        try:
+            assert json.loads(lock.read_text())["pid"] == first.pid
+            started = time.time()
+            second = run_cli(*short, "--resume", threads=1)  # refused while the first holds the lock: it is alive
+            took = time.time() - started
+        finally:
+            os.kill(first.pid, signal.SIGCONT)
     finally:
-        _, stderr = first.communicate(timeout=600)
+        status, stderr = first.wait(timeout=600)
     assert second.returncode == 2, second.stderr[-3000:]
     assert took < 60 and "Traceback" not in second.stderr
     assert (
         second.stderr.strip().splitlines()[-1].startswith(f"error: {out} is in use by another run (pid {first.pid} on ")
     )
-    assert first.returncode == 0, stderr[-3000:]
-    assert (out / "checkpoints" / step_name(200) / "COMPLETE").is_file()
+    assert status == 0, stderr[-3000:]
+    assert (out / "checkpoints" / step_name(2) / "COMPLETE").is_file()
 
 
 def test_zero2_engine_state_resumes_through_the_safe_loader(tmp_path):
     """ZeRO 1/2 keep the optimizer state in their own file, with three DeepSpeed classes in it (see
-    checkpoint._safe_globals): resuming from it must load (weights_only) and stay bit-identical."""
+    checkpoint._safe_globals): resuming from it must load (weights_only) and stay bit-identical. The resumed run is a
+    copy of the uninterrupted one (the same run: training is deterministic) without its last checkpoint."""
     zero2 = ["training.deepspeed_config=configs/deepspeed/zero2.json", "training.max_steps=4"]
-    straight, out = tmp_path / "straight", tmp_path / "run"
-    for folder in (straight, out):
-        result = run_cli(*args(folder), *zero2)
-        assert result.returncode == 0, result.stderr[-3000:]
+    straight = tmp_path / "straight"
+    result = run_cli(*args(straight), *zero2)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = copy_of(straight, tmp_path)
     assert any(p.name.startswith("zero_pp_rank_0") for p in (out / "checkpoints" / step_name(4) / "engine").iterdir())
     shutil.rmtree(out / "checkpoints" / step_name(4))  # as if the run had stopped after step 2's checkpoint
     result = run_cli(*args(out), *zero2, "--resume")

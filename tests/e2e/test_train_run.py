@@ -82,9 +82,14 @@ def test_demo_config_runs_shortened(tmp_path):
 # the weights and the optimizer: B's, the monitors' tracked sums), dropout on (the RNG must be restored too).
 # Resuming needs λ_p only to be the same number in both runs, not converged: 10 Hessian-vector products, not 100
 # (on these adapted weights power iteration does not converge in 100 either, and took ~5 of this file's minutes).
+# 6 steps, a checkpoint, an evaluation and a train row every 2: the kill at step 4 lands after or during the second
+# checkpoint with the first one kept, and rows logged past the checkpoint resumed from must not be repeated (what 30
+# steps with a checkpoint every 10 showed, at 20 steps of training in all instead of 100).
+STEPS, KILL_AT, EVERY = 6, 4, 2
 RESUME_RUN = {
-    "checkpointing.every_steps": 10,
-    "evaluation.every_steps": 10,
+    "checkpointing.every_steps": EVERY,
+    "evaluation.every_steps": EVERY,
+    "logging.every_steps": EVERY,
     "data.tasks.0.languages": "[en,de]",
     "model.dropout": 0.1,
     "model.adapter.method": "multi_lora",
@@ -96,34 +101,35 @@ RESUME_RUN = {
 
 
 def kill_run(mode: str, step: int, out: Path) -> subprocess.CompletedProcess:
-    args = ["--config", BASE_CONFIG, *base_overrides(out, 30, **RESUME_RUN)]
+    args = ["--config", BASE_CONFIG, *base_overrides(out, STEPS, **RESUME_RUN)]
     return run_script("tests/e2e/helpers/kill_during_run.py", mode, str(step), *args)
 
 
 def final_state(out: Path) -> dict[str, torch.Tensor]:
-    return load_file(str(out / "checkpoints/step-00000030/model.safetensors"))
+    return load_file(str(out / f"checkpoints/step-{STEPS:08d}/model.safetensors"))
 
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("straight") / "run"
-    result = run_cli("--config", BASE_CONFIG, *base_overrides(out, 30, **RESUME_RUN))
+    result = run_cli("--config", BASE_CONFIG, *base_overrides(out, STEPS, **RESUME_RUN))
     assert result.returncode == 0, result.stderr[-3000:]
     return out
 
 
-@pytest.mark.parametrize("mode, expect_resume_step", [("after", 20), ("during", 10)])
+@pytest.mark.parametrize("mode, expect_resume_step", [("after", KILL_AT), ("during", KILL_AT - EVERY)])
 def test_resume_after_sigkill_matches_uninterrupted_run(tmp_path, uninterrupted, mode, expect_resume_step):
     out = tmp_path / "run"
-    killed = kill_run(mode, 20, out)
+    killed = kill_run(mode, KILL_AT, out)
     assert killed.returncode == -9, killed.stderr[-3000:]
     complete = sorted(p.name for p in (out / "checkpoints").iterdir())
+    first, killed_at = f"step-{KILL_AT - EVERY:08d}", f"step-{KILL_AT:08d}"
     if mode == "during":  # the half-written checkpoint never looks complete
-        assert complete == ["step-00000010", "step-00000020.partial"]
-        assert not (out / "checkpoints/step-00000020.partial/COMPLETE").exists()
+        assert complete == [first, f"{killed_at}.partial"]
+        assert not (out / f"checkpoints/{killed_at}.partial/COMPLETE").exists()
     else:
-        assert complete == ["step-00000010", "step-00000020"]
-    resumed = run_cli("--config", BASE_CONFIG, *base_overrides(out, 30, **RESUME_RUN), "--resume")
+        assert complete == [first, killed_at]
+    resumed = run_cli("--config", BASE_CONFIG, *base_overrides(out, STEPS, **RESUME_RUN), "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     resumed_from = f"{out}/checkpoints/step-{expect_resume_step:08d}"
     assert f"resumed from {resumed_from} at step {expect_resume_step}" in resumed.stderr
