@@ -15,6 +15,8 @@ DeepSpeed engine (ZeRO 0, AdamW), every one ending in the engine's step:
               same encoder and head, reduced to the T × T Gram of the objectives' mean losses (M G Mᵀ), the same
               exact min-norm weights, then a backward pass of the weighted losses (Quinton & Rey, 2024, Section 6)
   naive       T separate torch.autograd.grad calls for the per-objective gradients, then the same Gram/solve/update
+  bufferless_whole (only with --kinds): the bufferless step with every layer's T products formed at once, not in
+              chunks of a fixed budget (what it did before the chunks; its memory grows with T)
 Peak memory is how far the resident set of a fresh process rises above its level just before the steps (the model
 and the engine already built) while it runs only one kind of step (sampled every millisecond; CPU has no allocator
 counter as a GPU has). It includes what the steps keep between steps: the optimizer state (alike for all kinds) and
@@ -172,7 +174,8 @@ def engine_for(model, lr=1e-5):
     return engine
 
 
-KINDS = ("plain", "buffered", "bufferless", "autogram", "naive")
+KINDS = ("plain", "buffered", "bufferless", "autogram", "naive", "bufferless_whole")
+DEFAULT_KINDS = KINDS[1:5]  # bufferless_whole (every layer's T products at once, as before the chunks): on request
 
 
 def make_step(kind: str, engine, num_objectives: int):
@@ -183,8 +186,12 @@ def make_step(kind: str, engine, num_objectives: int):
         return AutogramStep(engine, num_objectives)
     if kind == "naive":
         return NaiveStep(engine, build_weighting("lfmlf"), num_objectives, 1, shared=params)
-    bufferless = kind == "bufferless"
-    return GramWeightedStep(engine, build_weighting("lfmlf"), num_objectives, 1, shared=params, bufferless=bufferless)
+    bufferless = kind.startswith("bufferless")
+    step = GramWeightedStep(engine, build_weighting("lfmlf"), num_objectives, 1, shared=params, bufferless=bufferless)
+    if kind == "bufferless_whole":
+        assert step.layerwise is not None
+        step.layerwise.chunk_elements = 1 << 62
+    return step
 
 
 PHASES = ("backward_s", "gram_s", "weighting_s", "combine_s", "optimizer_s")
@@ -197,10 +204,11 @@ def time_steps(args) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
     twin = copy.deepcopy(model)
     engine, twin_engine = engine_for(model), engine_for(twin)
     batch = make_batch(args.objectives, args.batch, args.length)
-    kinds = [k for k in KINDS if k != "naive" or args.objectives <= args.naive_up_to]
+    kinds = [k for k in KINDS if k in ("plain", *args.kinds) and (k != "naive" or args.objectives <= args.naive_up_to)]
     steps = {kind: make_step(kind, twin_engine if kind == "autogram" else engine, args.objectives) for kind in kinds}
     times: dict[str, list[float]] = {kind: [] for kind in steps}
-    phases: dict[str, dict[str, list[float]]] = {kind: {p: [] for p in PHASES} for kind in ("buffered", "bufferless")}
+    gram_steps = [k for k in ("buffered", "bufferless", "bufferless_whole") if k in kinds]
+    phases: dict[str, dict[str, list[float]]] = {kind: {p: [] for p in PHASES} for kind in gram_steps}
     for repeat in range(args.steps + 1):
         for kind, step in steps.items():  # interleaved, so that machine noise hits every kind alike
             if kind == "naive" and repeat > args.naive_steps:
@@ -316,6 +324,9 @@ def main() -> None:
     parser.add_argument("--naive-steps", type=int, default=2, help="timed steps of the naive method")
     parser.add_argument("--naive-up-to", type=int, default=48, help="largest T the naive method runs at")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    parser.add_argument(
+        "--kinds", nargs="*", choices=KINDS[1:], default=list(DEFAULT_KINDS), help="steps against plain"
+    )
     parser.add_argument("--bytes", action="store_true", help="print the bytes table by formula only")
     parser.add_argument("--memory-of", choices=KINDS, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -330,7 +341,7 @@ def main() -> None:
         f"{args.batch} x {args.length} tokens (padded); medians of {args.steps} (naive: {args.naive_steps}) "
         f"interleaved timed steps; {torch.get_num_threads()} threads\n"
     )
-    others = KINDS[1:]
+    others = tuple(k for k in KINDS[1:] if k in args.kinds)
     print("| T | plain (ms) | " + " | ".join(f"{k} ÷ plain" for k in others) + " |")
     print("|---:|---:|" + "---:|" * len(others))
     memory: dict[int, dict[str, float]] = {}

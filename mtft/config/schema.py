@@ -373,6 +373,14 @@ class WeightingSection(Section):
         description="For gradient_buffers: auto, the memory the buffers may take per process, in GiB. Null: half "
         "of the accelerator's free memory once the engine is built (the GPU's; on CPU the host's available memory).",
     )
+    bufferless_chunk_mb: Optional[float] = Field(
+        None,
+        gt=0,
+        description="For the bufferless step (gradient_buffers: none, or auto choosing it): the most memory one "
+        "layer's T per-objective products may hold at once, in MiB; a larger layer is formed in chunks (a Linear by "
+        "its output features, an embedding by its touched rows), so that this memory does not grow with T. Null: "
+        "32 objectives' worth of the largest layer, at least 1 MiB.",
+    )
 
     @field_validator("method")
     @classmethod

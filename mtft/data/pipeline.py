@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import datasets
 import numpy as np
 
-from mtft.config.schema import LeaveOutSection, RunConfig
+from mtft.config.schema import DataSection, LeaveOutSection, RunConfig
 from mtft.core.errors import DataError
 from mtft.data import leave_out
 from mtft.data.checks import check_rows, warn_suspicious_rows
@@ -133,14 +133,14 @@ def prepare_data(
     run's training splits are read, where they can be, for the majority-class baseline alone
     (:func:`_read_trained_labels`), and the objectives are the run's, for the evaluated languages it trained on."""
     selected = select_tasks(config, trained)
-    tasks = {chosen.name: _load_task(chosen, config) for chosen in selected}
+    tasks = {chosen.name: _load_task(chosen, config.data, config.evaluation.split) for chosen in selected}
     _check_borrowed_heads(tasks)
     tokenizer = make_tokenizer(_all_texts(tasks))
     for td in tasks.values():
         split = config.evaluation.split
-        td.eval = {lang: _encode(td, ds, td.origin[split, lang], tokenizer, config) for lang, ds in td.raw_eval.items()}
+        td.eval = {lang: _encode(td, ds, td.origin[split, lang], tokenizer) for lang, ds in td.raw_eval.items()}
         if trained is None:
-            _encode_training(td, tokenizer, config)
+            _encode_training(td, tokenizer)
     units = [Objective(chosen.name, lang) for chosen in selected for lang in chosen.training_languages()]
     names, unit_objective = _group(units, config.weighting.objectives)
     key = _objective_key(config.weighting.objectives)
@@ -155,10 +155,10 @@ def prepare_data(
     return PreparedData(tasks, tokenizer, units, unit_objective, names, eval_objective)
 
 
-def _encode_training(td: TaskData, tokenizer: Any, config: RunConfig) -> None:
+def _encode_training(td: TaskData, tokenizer: Any) -> None:
     """Encode the training splits and data.dev_split's held-out examples; drop data.leave_out's rows."""
-    td.train = {lang: _encode(td, ds, td.origin["train", lang], tokenizer, config) for lang, ds in td.raw_train.items()}
-    td.dev = {lang: _encode(td, ds, td.origin[DEV, lang], tokenizer, config) for lang, ds in td.raw_dev.items()}
+    td.train = {lang: _encode(td, ds, td.origin["train", lang], tokenizer) for lang, ds in td.raw_train.items()}
+    td.dev = {lang: _encode(td, ds, td.origin[DEV, lang], tokenizer) for lang, ds in td.raw_dev.items()}
     for lang, gone in td.left_out_ids.items():  # encoded whole (S's cache), then S^i's rows dropped
         td.train_whole[lang] = len(td.train[lang])
         td.train[lang], td.train_kept[lang] = leave_out.drop_rows(td.train[lang], gone)
@@ -167,7 +167,8 @@ def _encode_training(td: TaskData, tokenizer: Any, config: RunConfig) -> None:
 def task_texts(config: RunConfig) -> list[str]:
     """The raw texts of every task of ``config`` (what a locally trained tokenizer of the run is trained on), loaded
     and checked as :func:`prepare_data` does, not tokenised."""
-    return _all_texts({chosen.name: _load_task(chosen, config) for chosen in select_tasks(config)})
+    split = config.evaluation.split
+    return _all_texts({chosen.name: _load_task(chosen, config.data, split) for chosen in select_tasks(config)})
 
 
 def task_training_texts(config: RunConfig) -> list[str]:
@@ -178,34 +179,34 @@ def task_training_texts(config: RunConfig) -> list[str]:
     for chosen in select_tasks(config):
         if chosen.task.evaluate_with is not None:
             continue
-        td = _load_task(chosen, config)
+        td = _load_task(chosen, config.data, config.evaluation.split)
         for lang in td.raw_train:
             texts.extend(td.task.texts(td.trained_raw(lang)))
     return texts
 
 
-def _load_task(chosen: SelectedTask, config: RunConfig) -> TaskData:
+def _load_task(chosen: SelectedTask, data: DataSection, split: str) -> TaskData:
+    """One selected task's splits, loaded and checked (``split``: the evaluation split)."""
     task, selection, languages = chosen.task, chosen.selection, chosen.languages
-    split = config.evaluation.split
     td = TaskData(
         task,
         chosen.protocol,
         languages,
-        max_length=selection.max_length or config.data.max_length,
+        max_length=selection.max_length or data.max_length,
         targets=chosen.target_languages(),
         eval_split=split,
     )
     if not chosen.evaluating:
         for lang in chosen.training_languages():
-            _load_training(td, lang, selection.max_train_examples, config)
+            _load_training(td, lang, selection.max_train_examples, data)
     for lang in languages:
-        td.raw_eval[lang] = _load(td, split, lang, selection.max_eval_examples, config)
+        td.raw_eval[lang] = _load(td, split, lang, selection.max_eval_examples, data)
     label_sets = {tuple(task.resolve_label_names(ds)) for ds in [*td.raw_train.values(), *td.raw_eval.values()]}
     if len(label_sets) > 1:
         raise DataError(f"task {task.name!r}: splits disagree on label names: {sorted(label_sets)}")
     td.label_names = list(label_sets.pop())
     if chosen.evaluating and task.evaluate_with is None:
-        _read_trained_labels(td, chosen.training_languages(), selection.max_train_examples, config)
+        _read_trained_labels(td, chosen.training_languages(), selection.max_train_examples, data)
     for lang, dataset in td.raw_eval.items():  # duplicate example ids or bad references stop the run now,
         try:  # not at its first evaluation
             task.references(dataset, td.label_names, td.origin[split, lang])
@@ -214,18 +215,18 @@ def _load_task(chosen: SelectedTask, config: RunConfig) -> TaskData:
     return td
 
 
-def _load_training(td: TaskData, lang: str, limit: Optional[int], config: RunConfig) -> None:
+def _load_training(td: TaskData, lang: str, limit: Optional[int], data: DataSection) -> None:
     """The training split of ``lang`` as the run trains on it: labelled, data.dev_split and data.leave_out applied."""
     task = td.task
-    td.raw_train[lang] = _load(td, "train", lang, limit, config)
+    td.raw_train[lang] = _load(td, "train", lang, limit, data)
     check_not_hidden(task, td.raw_train[lang][task.label_column], td.origin["train", lang], "trained on")
-    if config.data.dev_split is not None:
-        _hold_out_dev(td, lang, config.data.dev_split, config.data.dev_split_seed)
-    if config.data.leave_out is not None:
-        _leave_out(td, lang, config.data.leave_out)
+    if data.dev_split is not None:
+        _hold_out_dev(td, lang, data.dev_split, data.dev_split_seed)
+    if data.leave_out is not None:
+        _leave_out(td, lang, data.leave_out)
 
 
-def _read_trained_labels(td: TaskData, languages: Sequence[str], limit: Optional[int], config: RunConfig) -> None:
+def _read_trained_labels(td: TaskData, languages: Sequence[str], limit: Optional[int], data: DataSection) -> None:
     """Evaluating a finished run: its training splits (``languages``, all it trained the task on) read as it read
     them, for the majority-class baseline alone (:mod:`mtft.evaluation.majority`), so that the same data gives the
     run's own baseline. Nothing is trained, so none is required: where one cannot be read -- evaluation-only data
@@ -234,7 +235,7 @@ def _read_trained_labels(td: TaskData, languages: Sequence[str], limit: Optional
     scratch = TaskData(td.task, td.protocol, td.languages, eval_split=td.eval_split, origin=dict(td.origin))
     try:
         for lang in languages:
-            _load_training(scratch, lang, limit, config)
+            _load_training(scratch, lang, limit, data)
             names = td.task.resolve_label_names(scratch.raw_train[lang])
             if names != td.label_names:
                 raise DataError(f"{scratch.origin['train', lang]}: label names {names}, not {td.label_names}")
@@ -282,9 +283,9 @@ def _check_borrowed_heads(tasks: dict[str, TaskData]) -> None:
             )
 
 
-def _load(td: TaskData, split: str, lang: str, limit: Optional[int], config: RunConfig):
+def _load(td: TaskData, split: str, lang: str, limit: Optional[int], data: DataSection):
     dataset, td.origin[split, lang] = load_task_split(
-        td.task, split, lang, td.protocol, config.data.sources, config.data.cache_dir, limit
+        td.task, split, lang, td.protocol, data.sources, data.cache_dir, limit
     )
     return dataset
 
@@ -332,7 +333,7 @@ def _all_texts(tasks: dict[str, TaskData]) -> list[str]:
     return texts
 
 
-def _encode(td: TaskData, dataset: datasets.Dataset, where: str, tokenizer: Any, config: RunConfig) -> datasets.Dataset:
+def _encode(td: TaskData, dataset: datasets.Dataset, where: str, tokenizer: Any) -> datasets.Dataset:
     task, max_length, label_names = td.task, td.max_length, td.label_names
 
     def encode(batch: dict[str, list], rows: list[int]) -> dict[str, list]:  # rows checked: mtft.data.checks

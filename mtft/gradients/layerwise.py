@@ -13,9 +13,12 @@ A Gram-based step needs G_ts = g_tᵀg_s and then Σ_t w_t g_t. The buffered pat
 
 What this needs from the backward pass is each trainable layer's input x and output gradient δ (for a Linear, the
 (tokens × in) and (tokens × out) matrices its own weight gradient is built from), kept in a *tape* until the
-update is written: memory of the order of the activations, independent of T. Three passes over the tape replace
-the buffers: the Gram (T × P_layer products per layer, each freed at once), the combination (one product per
-layer), and, only with ``weighting.descent_check``, the dot products g_tᵀΔθ (the T products again). A second
+update is written: memory of the order of the activations, independent of T. Three passes over the tape replace the
+buffers: the Gram (T × P_layer products per layer, each freed at once), the combination (one product per layer),
+and, only with ``weighting.descent_check``, the dot products g_tᵀΔθ (the T products again). A layer whose T products
+exceed a fixed budget is formed in chunks -- a Linear by windows of its output features, an embedding by windows of
+the rows the step touched -- since a Gram and a dot product are sums over coordinates too; so what the passes hold
+beyond the tape is at most the budget and the T × T Gram, at any T (:meth:`LayerwiseGradients._chunks`). A second
 backward pass of Σ_t w_t L_t (TorchJD's autogram, Quinton & Rey, 2024, Section 6) would propagate the output
 gradients through the network again; scaling the recorded ones avoids that pass (bench/lfmlf_step.py measures both).
 
@@ -32,7 +35,7 @@ combination of the global batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Collection, Iterable, Iterator, Optional, Sequence, cast
 
 import torch
@@ -50,7 +53,12 @@ from mtft.gradients.per_objective import (
     matvec,
 )
 from mtft.gradients.row_sparse import RowSparseBuffer
-from mtft.gradients.shapes import full_shape
+from mtft.gradients.shapes import full_numel, full_shape
+
+# the default chunk budget: this many objectives' products of the largest layer (LayerwiseGradients), and at least
+# MIN_CHUNK_BYTES (smaller chunks cost more calls than memory they save)
+CHUNK_OBJECTIVES = 32
+MIN_CHUNK_BYTES = 1 << 20
 
 
 @dataclass
@@ -68,7 +76,9 @@ class _Record:
 class LayerProducts(FirstWriteProducts):
     """The per-objective products of one layer's parameters (the :class:`~mtft.core.per_objective.Products` a rule
     writes through), for ``num_objectives`` objectives: dense (T, *shape) tensors, row-sparse ones by touched row.
-    ``keep``: the parameters to compute (others are skipped by the rules)."""
+    ``keep``: the parameters to compute (others are skipped by the rules). A chunk of a large layer
+    (:class:`Chunk`) keeps a window of elements of a dense parameter, (T, window) then, and a window of rows of a
+    row-sparse one."""
 
     def __init__(
         self,
@@ -77,6 +87,7 @@ class LayerProducts(FirstWriteProducts):
         num_objectives: int,
         dtype: torch.dtype,
         workspace: Optional["Workspace"] = None,
+        chunk: Optional["Chunk"] = None,
     ):
         self.dtype = dtype
         self.num_objectives = num_objectives
@@ -84,8 +95,10 @@ class LayerProducts(FirstWriteProducts):
         self.keep = set(keep)
         self.dense: dict[torch.Tensor, torch.Tensor] = {}
         self.workspace = workspace
+        self.windows = {} if chunk is None else chunk.columns
+        inside = {} if chunk is None else chunk.rows
         self.sparse: dict[torch.Tensor, RowSparseBuffer] = {
-            p: workspace.rows(p) if workspace is not None else RowSparseBuffer(p, num_objectives, dtype)
+            p: workspace.rows(p, inside.get(p)) if workspace is not None else RowSparseBuffer(p, num_objectives, dtype)
             for p in keep
             if p in sparse
         }
@@ -97,10 +110,20 @@ class LayerProducts(FirstWriteProducts):
     def rows(self, param: torch.Tensor) -> RowSparseBuffer:
         return self.sparse[param]
 
+    def _window(self, param: torch.Tensor) -> Optional[slice]:
+        return self.windows.get(param)
+
+    def columns(self, param: torch.Tensor) -> slice:
+        """The elements of a dense parameter (flattened) that :meth:`of` holds."""
+        return self.windows.get(param, slice(None))
+
     def _buffer(self, param: torch.Tensor) -> torch.Tensor:
         buffer = self.dense.get(param)
         if buffer is None:  # uninitialised: a first write overwrites, of() zeroes the rows never written
+            window = self.windows.get(param)
             shape = (self.num_objectives, *full_shape(param))
+            if window is not None:
+                shape = (self.num_objectives, window.stop - window.start)
             if self.workspace is not None:
                 buffer = self.dense[param] = self.workspace.take(shape, self.dense.values(), param.device)
             else:
@@ -114,13 +137,31 @@ class LayerProducts(FirstWriteProducts):
         return buffer.view(self.num_objectives, -1), objectives, first
 
     def of(self, param: torch.Tensor) -> torch.Tensor:
-        """(T, *shape) products of a dense parameter (zeros where nothing was written)."""
+        """(T, *shape) products of a dense parameter (zeros where nothing was written); (T, window) in a chunk."""
         buffer = self._buffer(param)
         for t in range(self.num_objectives):
             if (param, t) not in self._written:
                 buffer[t].zero_()
                 self._written.add((param, t))
         return buffer
+
+    @property
+    def nbytes(self) -> int:
+        """The products held: the dense tensors and the row-sparse stores (their discard slot included)."""
+        return sum(b.numel() * b.element_size() for b in self.dense.values()) + sum(
+            b.nbytes for b in self.sparse.values()
+        )
+
+
+@dataclass
+class Chunk:
+    """Part of a layer's products formed in one pass over its records, when the whole would exceed the memory
+    budget: the parameters computed, a window of elements of each dense one (``columns``; absent: all of them) and
+    the rows of each row-sparse one (``rows``, a boolean mask; absent: every row)."""
+
+    params: list[torch.Tensor]
+    columns: dict[torch.Tensor, slice] = field(default_factory=dict)
+    rows: dict[torch.Tensor, torch.Tensor] = field(default_factory=dict)
 
 
 class Workspace:
@@ -146,11 +187,13 @@ class Workspace:
             self.scratch = torch.empty(start + size, dtype=self.dtype, device=device)
         return self.scratch[start : start + size].view(shape)
 
-    def rows(self, param: torch.Tensor) -> RowSparseBuffer:
+    def rows(self, param: torch.Tensor, inside: Optional[torch.Tensor] = None) -> RowSparseBuffer:
+        """The cleared row-sparse buffer of ``param``; ``inside``: only these rows get slots (a chunk's window)."""
         buffer = self._rows.get(param)
-        if buffer is None:
-            buffer = self._rows[param] = RowSparseBuffer(param, self.num_objectives, self.dtype)
+        if buffer is None:  # grown as rows come (a window's buffer to the window's size: restrict)
+            buffer = self._rows[param] = RowSparseBuffer(param, self.num_objectives, self.dtype, capacity=1)
         buffer.clear()
+        buffer.restrict(inside)
         return buffer
 
 
@@ -159,7 +202,16 @@ class LayerwiseGradients:
     (module docstring): the answers of :class:`~mtft.gradients.PerObjectiveGradients` after the reduction, to
     round-off, without its T × P buffers. Attach to a collector built with ``dense_in_buffer=False``."""
 
-    def __init__(self, collector: PerObjectiveGradients, rank: int = 0, world_size: int = 1):
+    def __init__(
+        self,
+        collector: PerObjectiveGradients,
+        rank: int = 0,
+        world_size: int = 1,
+        chunk_bytes: Optional[int] = None,
+    ):
+        """``chunk_bytes``: the most a layer's products may hold at once; a larger layer is formed in chunks
+        (:meth:`_chunks`). None: as much as :data:`CHUNK_OBJECTIVES` objectives' products of the largest layer, and
+        at least :data:`MIN_CHUNK_BYTES` -- whatever T, so that the memory the passes hold does not grow with it."""
         if collector.width:
             raise ValueError("LayerwiseGradients needs a PerObjectiveGradients built with dense_in_buffer=False")
         self.collector = collector
@@ -169,7 +221,19 @@ class LayerwiseGradients:
         self.peak_layer_bytes = 0  # the largest layer's products held at once, since construction
         self.workspace = Workspace(self.num_objectives, collector.dtype)
         self.combine_workspace = Workspace(1, collector.dtype, reuse_dense=False)
+        itemsize = torch.empty(0, dtype=collector.dtype).element_size()
+        if chunk_bytes is None:
+            largest = max((self._dense_numel(m) for m in collector.modules), default=0)
+            chunk_bytes = max(CHUNK_OBJECTIVES * largest * itemsize, MIN_CHUNK_BYTES)
+        self.chunk_bytes = chunk_bytes
+        # elements of every objective's products a chunk holds (at least one row of any weight: see _chunks)
+        self.chunk_elements = max(1, chunk_bytes // (self.num_objectives * itemsize))
         collector.recorder = self
+
+    def _dense_numel(self, module: nn.Module) -> int:
+        sparse = set(self.collector.sparse)
+        own = module.parameters(recurse=False)
+        return sum(full_numel(p) for p in own if p in self.collector.names and p not in sparse)
 
     # -- the backward pass ------------------------------------------------------------------------------
     def zero(self) -> None:
@@ -182,19 +246,77 @@ class LayerwiseGradients:
     # -- the passes over the tape ---------------------------------------------------------------------------
     def _products(self, keep: Collection[torch.Tensor]) -> Iterator[tuple[nn.Module, LayerProducts]]:
         """Every layer's per-objective products of its parameters in ``keep``, summed over the step's records, one
-        layer at a time (in registration order on every rank; a layer this rank did not run yields zeros)."""
+        layer -- or one chunk of a large layer -- at a time (in registration order on every rank; a layer this rank
+        did not run yields zeros)."""
         sparse = set(self.collector.sparse)
         for module in self.collector.modules:
             params = [p for p in module.parameters(recurse=False) if p in self.collector.names and p in keep]
             if not params:
                 continue
-            out = LayerProducts(params, sparse, self.num_objectives, self.collector.dtype, self.workspace)
-            for record in self.tape.get(module, []):
-                record.rule.products(record.saved, record.segments, record.grad, out)
-            held = sum(b.numel() * b.element_size() for b in out.dense.values())
-            held += sum(b.nbytes for b in out.sparse.values())
-            self.peak_layer_bytes = max(self.peak_layer_bytes, held)
-            yield module, out
+            records = self.tape.get(module, [])
+            for chunk in self._chunks(params, sparse, records):
+                out = self._pass(chunk, sparse, records)
+                self.peak_layer_bytes = max(self.peak_layer_bytes, out.nbytes)
+                yield module, out
+
+    def _pass(self, chunk: Chunk, sparse: set[torch.Tensor], records: list[_Record]) -> LayerProducts:
+        out = LayerProducts(chunk.params, sparse, self.num_objectives, self.collector.dtype, self.workspace, chunk)
+        for record in records:
+            record.rule.products(record.saved, record.segments, record.grad, out)
+        return out
+
+    def _chunks(
+        self, params: Sequence[torch.Tensor], sparse: set[torch.Tensor], records: list[_Record]
+    ) -> Iterator[Chunk]:
+        """A layer in one pass when T × its parameters fit in the chunk budget (the usual case), else in chunks of at
+        most ``chunk_elements`` per objective, so that the memory the Gram and dot passes hold does not grow with T:
+        a dense parameter by windows of whole rows of its first dimension (a Linear's output features, which a
+        rule forms by cutting its products' left factor), a row-sparse one by windows of the rows the step touched
+        (found by a pass that keeps none; rows outside a window go to a discard slot, see
+        :meth:`~mtft.gradients.row_sparse.RowSparseBuffer.restrict`). The plan depends on shapes and, for
+        row-sparse weights, on the union of the ranks' touched rows: every rank walks the same chunks."""
+        if sum(full_numel(p) for p in params) <= self.chunk_elements:
+            yield Chunk(list(params))
+            return
+        budget = self.chunk_elements
+        pieces: list[tuple[torch.Tensor, slice]] = []
+        for p in params:
+            if p in sparse:
+                continue
+            numel, shape = full_numel(p), full_shape(p)
+            row = numel // shape[0] if len(shape) and shape[0] else max(numel, 1)
+            width = max(1, budget // row) * row  # whole rows; one row when a row alone exceeds the budget
+            pieces += [(p, slice(start, min(start + width, numel))) for start in range(0, numel, width)]
+        chunk = Chunk([])
+        for p, window in pieces:  # consecutive pieces of different parameters share a chunk while they fit
+            held = sum(w.stop - w.start for w in chunk.columns.values())
+            if chunk.params and (p in chunk.columns or held + window.stop - window.start > budget):
+                yield chunk
+                chunk = Chunk([])
+            chunk.params.append(p)
+            chunk.columns[p] = window
+        if chunk.params:
+            yield chunk
+        for p in params:
+            if p in sparse:
+                yield from self._row_windows(p, sparse, records)
+
+    def _row_windows(self, param: torch.Tensor, sparse: set[torch.Tensor], records: list[_Record]) -> Iterator[Chunk]:
+        """Chunks of a row-sparse weight: its touched rows (every rank's), a window of them at a time."""
+        shape = full_shape(param)
+        per_row = full_numel(param) // max(shape[0], 1)
+        nothing = torch.zeros(shape[0], dtype=torch.bool)
+        touched = self._pass(Chunk([param], rows={param: nothing}), sparse, records).sparse[param].outside_rows()
+        if self.world_size > 1:  # the union of the ranks' rows, so that every rank walks the same windows
+            union = torch.zeros(shape[0], dtype=torch.float32, device=touched.device)
+            union[touched] = 1
+            torch.distributed.all_reduce(union)
+            touched = union.nonzero(as_tuple=True)[0]
+        rows_per_window = max(1, self.chunk_elements // max(per_row, 1))
+        for start in range(0, len(touched), rows_per_window):
+            inside = torch.zeros(shape[0], dtype=torch.bool, device=touched.device)
+            inside[touched[start : start + rows_per_window]] = True
+            yield Chunk([param], rows={param: inside})
 
     def gram(self, params: list[nn.Parameter], only_rows: OnlyRows = None, metric: Metric = None) -> torch.Tensor:
         """G_ts = g_tᵀ g_s (or g_tᵀ P g_s) over ``params``, as :meth:`PerObjectiveGradients.gram`, of the global
@@ -224,7 +346,7 @@ class LayerwiseGradients:
 
     def _dense_gram(self, products: LayerProducts, dense: list[torch.Tensor], metric: Metric) -> torch.Tensor:
         blocks = [products.of(p).reshape(self.num_objectives, -1) for p in dense]
-        diagonals = None if metric is None else [metric[p].reshape(-1) for p in dense]
+        diagonals = None if metric is None else [metric[p].reshape(-1)[products.columns(p)] for p in dense]
         if self.world_size == 1:
             pairs = [(b, None if diagonals is None else diagonals[i]) for i, b in enumerate(blocks)]
             return gram_of_blocks(pairs, self.num_objectives)
@@ -298,6 +420,7 @@ class LayerwiseGradients:
                     v = v.to(block.device)[rows]
                 else:
                     block = products.of(p)
+                    v = v.reshape(-1)[products.columns(p)]
                 out += matvec(block.reshape(self.num_objectives, -1), v.reshape(-1).to(block.device))
         if self.world_size > 1:
             torch.distributed.all_reduce(out)

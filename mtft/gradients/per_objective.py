@@ -66,29 +66,34 @@ class Recorder(Protocol):
 class FirstWriteProducts:
     """Writing a layer's per-objective products (:class:`~mtft.core.per_objective.Products`) into targets of which the
     first write of a step overwrites and later ones add (cheaper than clearing them first): subclasses say where
-    objective t's gradient of a parameter lives and whether this is its first write (``_target``)."""
+    objective t's gradient of a parameter lives and whether this is its first write (``_block``), and may keep a
+    window of a parameter's flattened elements only (``_window``: the bufferless step's chunks)."""
 
     dtype: torch.dtype
 
     def _block(self, param: torch.Tensor, objectives: list[int]) -> tuple[torch.Tensor, list[int], list[bool]]:
-        """A (rows, numel) view of ``param``'s targets, each objective's row in it, and whether each objective's
-        write is its first (recorded as written)."""
+        """A (rows, kept elements) view of ``param``'s targets, each objective's row in it, and whether each
+        objective's write is its first (recorded as written)."""
         raise NotImplementedError
 
-    def _target(self, param: torch.Tensor, t: int) -> tuple[torch.Tensor, bool]:
-        """Objective t's target of ``param`` (in its shape) and whether this is its first write: a row of the block."""
-        block, (row,), (first,) = self._block(param, [t])
-        return block[row].view(full_shape(param)), first
+    def _window(self, param: torch.Tensor) -> Optional[slice]:
+        """The elements of ``param`` (flattened) that the targets keep; None: all of them."""
+        return None
 
     def write(self, param: torch.Tensor, t: int, value: torch.Tensor) -> None:
-        target, first = self._target(param, t)
-        value = value.reshape(target.shape).to(target.dtype)
+        block, (row,), (first,) = self._block(param, [t])
+        target, window = block[row], self._window(param)
+        value = (value.reshape(-1) if window is None else value.reshape(-1)[window]).to(target.dtype)
         target.copy_(value) if first else target.add_(value)
 
     def write_product(self, param: torch.Tensor, t: int, a: torch.Tensor, b: torch.Tensor) -> None:
-        if a.dtype != self.dtype:  # e.g. bf16 activations, float32 buffers
+        window = self._window(param)
+        kept = _kept_rows(b.shape[-1], window)
+        if a.dtype != self.dtype or kept is None:  # e.g. bf16 activations, float32 buffers
             return self.write(param, t, a @ b)
-        target, first = self._target(param, t)
+        a = a[kept]
+        block, (row,), (first,) = self._block(param, [t])
+        target = block[row].view(a.shape[0], b.shape[-1])
         if first:
             torch.mm(a, b, out=target)
         else:
@@ -97,10 +102,16 @@ class FirstWriteProducts:
     def write_all(self, param: torch.Tensor, objectives: torch.Tensor, values: torch.Tensor) -> None:
         ts = objectives.tolist()
         block, rows, first = self._block(param, ts)
-        _write_rows(block, rows, first, values.reshape(len(ts), -1).to(block.dtype))
+        values, window = values.reshape(len(ts), -1), self._window(param)
+        _write_rows(block, rows, first, (values if window is None else values[:, window]).to(block.dtype))
 
     def write_products(self, param: torch.Tensor, objectives: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
         ts = objectives.tolist()
+        window = self._window(param)
+        kept = _kept_rows(b.shape[-1], window)
+        if kept is None:  # the window cuts a row of the products: formed whole, then cut
+            return self.write_all(param, objectives, torch.bmm(a, b))
+        a = a[:, kept]
         block, rows, first = self._block(param, ts)
         run = slice(rows[0], rows[0] + len(rows)) if rows else slice(0, 0)
         if a.dtype == block.dtype and rows == list(range(run.start, run.stop)) and (all(first) or not any(first)):
@@ -113,6 +124,16 @@ class FirstWriteProducts:
                 target.baddbmm_(a, b)
             return
         _write_rows(block, rows, first, torch.bmm(a, b).reshape(len(rows), -1).to(block.dtype))
+
+
+def _kept_rows(columns: int, window: Optional[slice]) -> Optional[slice]:
+    """The rows of a product a @ b with ``columns`` columns whose elements, flattened, are ``window`` (all of them
+    without a window): the rows of ``a`` to multiply; None when the window starts or ends inside a row."""
+    if window is None:
+        return slice(None)
+    if window.start % columns or window.stop % columns:
+        return None
+    return slice(window.start // columns, window.stop // columns)
 
 
 def _write_rows(block: torch.Tensor, rows: list[int], first: list[bool], values: torch.Tensor) -> None:

@@ -5,9 +5,15 @@ slots of the tasks in the batch. A dense (T, rows, ...) buffer would cost T × v
 37 GB at XLM-R's 250,002 × 768 and T = 48, whatever the batch -- for the few hundred rows a step touches. Here each
 touched row gets a slot in a (T, slots, ...) store, grown as rows appear (doubling, at most the weight's rows);
 clearing a step forgets the slots, and a slot is zeroed when it is handed out again.
+
+The bufferless step forms a large table's products a window of rows at a time (:meth:`RowSparseBuffer.restrict`):
+rows outside the window share one discard slot past the used ones, so that a layer's rule writes every row as
+usual (it never learns of the window) while only the window's rows are kept.
 """
 
 from __future__ import annotations
+
+from typing import Optional
 
 import torch
 
@@ -22,6 +28,9 @@ class RowSparseBuffer:
         self.store = self.store.to(param.device)
         self.slot_of = torch.full((self.shape[0],), -1, dtype=torch.long, device=param.device)
         self.rows = torch.empty(0, dtype=torch.long, device=param.device)  # the touched rows, in slot order
+        # restrict(): the rows that get slots (None: all); the others were asked for, and went to the discard slot
+        self.inside: Optional[torch.Tensor] = None
+        self.outside: list[torch.Tensor] = []
 
     @property
     def nbytes(self) -> int:
@@ -31,21 +40,47 @@ class RowSparseBuffer:
         """Forget this step's rows (their slots are zeroed when handed out again)."""
         self.slot_of[self.rows] = -1
         self.rows = self.rows[:0]
+        self.outside = []
+
+    def restrict(self, inside: Optional[torch.Tensor]) -> None:
+        """From now on only the rows where the boolean mask ``inside`` holds get slots (None: every row); any other
+        row's slot is the discard slot, the store's last, which is never read (:meth:`outside_rows` says which rows
+        went there). Call after :meth:`clear`."""
+        self.inside = None if inside is None else inside.to(self.slot_of.device)
+        if self.inside is not None:  # room for the window's rows and the discard slot, so that it never doubles
+            wanted = int(self.inside.sum()) + 1
+            if self.store.shape[1] < wanted:
+                self.store = self.store.new_empty(self.num_objectives, wanted, *self.shape[1:])
 
     def slots(self, rows: torch.Tensor) -> torch.Tensor:
         """The slots of ``rows`` (a 1-D index tensor), giving zeroed slots to rows not touched before."""
-        new = torch.unique(rows[self.slot_of[rows] < 0])
+        if self.inside is None:
+            self._hand_out(torch.unique(rows[self.slot_of[rows] < 0]), spare=0)
+            return self.slot_of[rows]
+        inside = self.inside[rows]
+        self.outside.append(rows[~inside])
+        self._hand_out(torch.unique(rows[inside & (self.slot_of[rows] < 0)]), spare=1)
+        discard = self.store.shape[1] - 1  # past every used slot (spare=1)
+        return torch.where(inside, self.slot_of[rows], torch.full_like(rows, discard))
+
+    def _hand_out(self, new: torch.Tensor, spare: int) -> None:
+        """Zeroed slots for the rows ``new``, the store grown so that ``spare`` slots stay free past the used ones."""
+        used, needed = len(self.rows), len(self.rows) + len(new)
+        if needed + spare > self.store.shape[1]:
+            grown = min(max(needed + spare, 2 * self.store.shape[1]), self.shape[0] + spare)
+            store = self.store.new_empty(self.num_objectives, grown, *self.shape[1:])
+            store[:, :used] = self.store[:, :used]
+            self.store = store
         if len(new):
-            used, needed = len(self.rows), len(self.rows) + len(new)
-            if needed > self.store.shape[1]:
-                grown = min(max(needed, 2 * self.store.shape[1]), self.shape[0])
-                store = self.store.new_empty(self.num_objectives, grown, *self.shape[1:])
-                store[:, :used] = self.store[:, :used]
-                self.store = store
             self.store[:, used:needed] = 0
             self.slot_of[new] = torch.arange(used, needed, device=self.slot_of.device)
             self.rows = torch.cat([self.rows, new])
-        return self.slot_of[rows]
+
+    def outside_rows(self) -> torch.Tensor:
+        """The rows asked for outside the window of :meth:`restrict` since :meth:`clear`, sorted, once each."""
+        if not self.outside:
+            return self.rows[:0]
+        return torch.unique(torch.cat(self.outside))
 
     def touched(self) -> torch.Tensor:
         """The rows touched this step, sorted (the same order on every rank whatever the slots' order)."""

@@ -65,7 +65,7 @@ def choose_buffers(
     setting: str, needed: int, budget_gb: Optional[float], device: torch.device, num_objectives: int
 ) -> BufferChoice:
     """The buffer mode of ``weighting.gradient_buffers`` (``auto`` resolved against the budget)."""
-    size = f"{_bytes(needed)} of per-objective buffers at T = {num_objectives}"
+    size = f"{describe_bytes(needed)} of per-objective buffers at T = {num_objectives}"
     if setting != "auto":
         kind = "bufferless, layer by layer" if setting == "none" else f"buffered ({size})"
         return BufferChoice(setting, f"{kind}: weighting.gradient_buffers={setting}")
@@ -75,9 +75,11 @@ def choose_buffers(
         free, where = free_memory(device)
         budget, source = free // 2, f"half of {where}"
     if needed <= budget:
-        return BufferChoice("full", f"buffered: auto ({size} fit in the budget of {_bytes(budget)}, {source})")
-    return BufferChoice("none", f"bufferless: auto ({size} exceed the budget of {_bytes(budget)}, {source})")
+        return BufferChoice("full", f"buffered: auto ({size} fit in the budget of {describe_bytes(budget)}, {source})")
+    return BufferChoice("none", f"bufferless: auto ({size} exceed the budget of {describe_bytes(budget)}, {source})")
 
 
-def _bytes(size: int) -> str:
-    return f"{size / GIB:.2f} GiB" if size >= GIB else f"{size / 2**20:.1f} MiB"
+def describe_bytes(size: int) -> str:
+    if size >= GIB:
+        return f"{size / GIB:.2f} GiB"
+    return f"{size / 2**20:.1f} MiB" if size >= 2**20 else f"{size / 2**10:.1f} KiB"

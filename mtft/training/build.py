@@ -28,7 +28,7 @@ from mtft.forgetting.monitor import Monitor, prepare_forgetting
 from mtft.gradients import full_numel, row_sparse_parameters
 from mtft.reporting.logs import add_file_log, logger
 from mtft.training.adamw_preconditioner import AdamWPreconditioner
-from mtft.training.buffers import BufferChoice, buffer_bytes, choose_buffers
+from mtft.training.buffers import BufferChoice, buffer_bytes, choose_buffers, describe_bytes
 from mtft.training.engine import finetuning_engine, initialize
 from mtft.training.gram_step import GramWeightedStep
 from mtft.training.pretrain import pretrained_backbone
@@ -153,7 +153,7 @@ def _build_step(config: RunConfig, engine, weighting: Weighting, shared, num_obj
             )
     choice = _buffer_choice(config, engine, num_objectives, world)
     logger.info(f"{cfg.method}: per-objective gradients {choice.why}")
-    return GramWeightedStep(
+    step = GramWeightedStep(
         engine,
         weighting,
         num_objectives,
@@ -165,7 +165,14 @@ def _build_step(config: RunConfig, engine, weighting: Weighting, shared, num_obj
         descent_check=cfg.descent_check,
         buffer_dtype=torch.bfloat16 if choice.mode == "bfloat16" else None,
         bufferless=choice.mode == "none",
+        chunk_bytes=None if cfg.bufferless_chunk_mb is None else int(cfg.bufferless_chunk_mb * 2**20),
     )
+    if step.layerwise is not None:
+        given = cfg.bufferless_chunk_mb
+        source = f"weighting.bufferless_chunk_mb={given:g}" if given is not None else "the default"
+        budget = describe_bytes(step.layerwise.chunk_bytes)
+        logger.info(f"{cfg.method}: a layer's products formed in chunks of at most {budget} ({source})")
+    return step
 
 
 def _buffer_choice(config: RunConfig, engine, num_objectives: int, world: int) -> BufferChoice:

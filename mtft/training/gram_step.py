@@ -81,6 +81,7 @@ class GramWeightedStep:
         shard_gradients: bool = True,
         buffer_dtype: Optional[torch.dtype] = None,
         bufferless: bool = False,
+        chunk_bytes: Optional[int] = None,
     ):
         """``shared``: the parameters of the Gram (None for a weighting that reads none); ``metric``: form the
         Gram in the optimizer's metric; ``descent_check``: measure g_tᵀΔθ of the applied update;
@@ -88,7 +89,8 @@ class GramWeightedStep:
         than all-reduce them whole (kept to measure the two against each other: bench/sharded_gram.py);
         ``buffer_dtype``: of the per-objective gradient buffers (None: the parameters', float32 at least);
         ``bufferless``: no T × P buffers -- the Gram and the update formed layer by layer from a tape of the backward
-        pass (:mod:`mtft.gradients.layerwise`; ``weighting.gradient_buffers: none``)."""
+        pass (:mod:`mtft.gradients.layerwise`; ``weighting.gradient_buffers: none``); ``chunk_bytes``: the most one
+        layer's products may hold at once there (None: :class:`~mtft.gradients.LayerwiseGradients`' default)."""
         self.engine = engine
         self.weighting = weighting
         self.num_objectives = num_objectives
@@ -100,7 +102,7 @@ class GramWeightedStep:
         ).attach()
         rank = torch.distributed.get_rank() if world_size > 1 else 0
         self.sharded = ShardedGradients(self.collector, rank, world_size) if sharding else None
-        self.layerwise = LayerwiseGradients(self.collector, rank, world_size) if bufferless else None
+        self.layerwise = LayerwiseGradients(self.collector, rank, world_size, chunk_bytes) if bufferless else None
         self.shared = shared
         self.shared_rows = shared_rows
         self.cosine_every = cosine_every

@@ -29,7 +29,7 @@ import torch
 from transformers import AutoModelForMaskedLM
 
 from mtft.config.paths import cache_dir
-from mtft.config.schema import ModelSection, OptimizerSection, RunConfig
+from mtft.config.schema import CorpusSection, DataSection, ModelSection, OptimizerSection, RunConfig
 from mtft.core.atomic import AtomicFolder, write_json
 from mtft.core.distributed import ProcessInfo, barrier, init_distributed
 from mtft.core.errors import ConfigError
@@ -244,15 +244,15 @@ def prelude_key(config: RunConfig, languages: list[str], texts: Sequence[str] = 
         "pretrain": config.pretrain.model_dump(mode="json", exclude={"before_finetune"}),
         "corpus": config.corpus.model_dump(mode="json", exclude={"languages"}),
         "languages": languages,
-        "corpus_files": _corpus_digest(config, languages),
+        "corpus_files": _corpus_digest(config.corpus, config.data),
         "task_texts": hashlib.sha256("\0".join(texts).encode()).hexdigest() if texts else None,
     }
     return stage_key(config, world_size, parts)
 
 
-def _corpus_digest(config: RunConfig, languages: list[str]) -> str:
-    """Content hash of a local corpus (a Hub corpus is named by its id)."""
-    ref = resolve_source(DatasetRef(path=corpus_path(config.corpus), split="train"), config.data.sources)
+def _corpus_digest(corpus: CorpusSection, data: DataSection) -> str:
+    """Content hash of a local corpus (a Hub corpus is named by its id; ``data.sources`` may point it elsewhere)."""
+    ref = resolve_source(DatasetRef(path=corpus_path(corpus), split="train"), data.sources)
     root = Path(ref.data_files or ref.path)
     if not root.exists():
         return ref.path

@@ -92,6 +92,7 @@ def zero_runs(request, tmp_path_factory) -> dict[str, Path]:
 BUFFERLESS = {
     "weighting.gradient_buffers": "auto",
     "weighting.gradient_buffers_budget_gb": 1e-6,
+    "weighting.bufferless_chunk_mb": 0.05,  # every Linear by windows of its rows, the embedding by touched rows
     "training.gradient_checkpointing": True,
 }
 
@@ -132,13 +133,14 @@ def test_zero_stages_give_the_same_training(zero_runs, stage):
 @pytest.mark.timeout(600)
 def test_the_bufferless_step_trains_as_the_buffered_one(zero_runs):
     """weighting.gradient_buffers=auto chose the bufferless step (the log says why) and, with activation
-    checkpointing, on one process (and two, for Multi-LoRA) it gives the buffered step's weights to float32
-    round-off."""
+    checkpointing and its layers formed in chunks of weighting.bufferless_chunk_mb, on one process (and two, for
+    Multi-LoRA) it gives the buffered step's weights to float32 round-off."""
     runs = [run for run in ("bufferless", "two_bufferless") if run in zero_runs]
     assert "bufferless" in runs
     for run in runs:
         log = (zero_runs[run] / "train.log").read_text()
         assert "per-objective gradients bufferless: auto (" in log and "exceed the budget" in log
+        assert "products formed in chunks of at most 51.2 KiB (weighting.bufferless_chunk_mb=0.05)" in log
         reference, other = weighting_events(zero_runs["zero2"]), weighting_events(zero_runs[run])
         assert len(reference) == len(other) == STEPS and not any("gram_shards" in e for e in other)
         for a, b in zip(reference, other):

@@ -12,6 +12,7 @@ import torch
 from mtft.adapters.multi_lora import inject_multi_lora, multi_lora_layers
 from mtft.adapters.options import MultiLoraOptions
 from mtft.gradients import LayerwiseGradients, PerObjectiveGradients
+from mtft.gradients.layerwise import CHUNK_OBJECTIVES, MIN_CHUNK_BYTES
 from mtft.training.gram_step import GramWeightedStep
 from mtft.weighting import build_weighting
 from tests.unit.gradients.test_gradients import MIXED, FakeEngine, lora_model, make_batch
@@ -68,14 +69,17 @@ class Fixed(build_weighting("mean").__class__):
         return np.asarray(self.weights, dtype=np.float64)
 
 
-def run_both(make, tmp_path, micro_batches, weights=(0.5, 0.2, 0.3), **options):
-    """The buffered and the bufferless step on copies of one model: (gram, update, result) of each."""
+def run_both(make, tmp_path, micro_batches, weights=(0.5, 0.2, 0.3), chunked=False, **options):
+    """The buffered and the bufferless step on copies of one model: (gram, update, result) of each. ``chunked``:
+    the bufferless step forms its layers in chunks (:func:`small_chunks`)."""
     out = []
     for bufferless in (False, True):
         model, tok = make(tmp_path / str(bufferless))
         model = model.double()
         torch.manual_seed(0)
         step, weighting, params = steps(model, bufferless, list(weights), **dict(options))
+        if bufferless and chunked:
+            step.layerwise.chunk_elements = small_chunks(model) // (3 * 8)
         result = step([make_batch(tok, **rows) for rows in micro_batches])
         out.append((weighting.seen, [p.grad.clone() for p in params], result, step))
     return out
@@ -123,15 +127,19 @@ def test_lfmlf_with_a_floor_and_the_descent_check(tmp_path):
     )
 
 
+def random_metric(model) -> FixedMetric:
+    """A seeded positive diagonal metric over every trainable parameter (the optimizer's, in the tests)."""
+    generator = torch.Generator().manual_seed(1)
+    params = [p for p in model.parameters() if p.requires_grad]
+    return FixedMetric({p: torch.rand(p.shape, generator=generator, dtype=p.dtype) + 0.5 for p in params})
+
+
 def test_the_gram_in_the_optimizer_metric(tmp_path):
     outs = []
     for bufferless in (False, True):
         model, tok = full(tmp_path / str(bufferless))
         model = model.double()
-        params = [p for p in model.parameters() if p.requires_grad]
-        generator = torch.Generator().manual_seed(1)
-        metric = FixedMetric({p: torch.rand(p.shape, generator=generator, dtype=p.dtype) + 0.5 for p in params})
-        step, weighting, _ = steps(model, bufferless, [0.2, 0.3, 0.5], metric=metric)
+        step, weighting, _ = steps(model, bufferless, [0.2, 0.3, 0.5], metric=random_metric(model))
         step([make_batch(tok, **MIXED)])
         outs.append(weighting.seen)
     np.testing.assert_allclose(outs[1], outs[0], rtol=1e-12, atol=1e-15)
@@ -151,3 +159,88 @@ def test_only_one_layer_of_products_at_a_time(tmp_path):
     total = 3 * sum(p.numel() for p in params) * 4
     largest = max(3 * sum(p.numel() for p in m.parameters(recurse=False) if p.requires_grad) for m in collector.modules)
     assert 0 < layerwise.peak_layer_bytes <= largest * 4 < total / 4
+
+
+# a tenth of the tiny model's largest layer per objective: every Linear formed in windows of its rows, the word
+# embedding in windows of its touched rows, the Multi-LoRA B stacks in windows of their slots
+def small_chunks(model) -> int:
+    largest = max(p.numel() for p in model.parameters() if p.requires_grad and p.dim() == 2)
+    return 3 * (largest // 10) * 8  # T = 3, float64
+
+
+@pytest.mark.parametrize("kind", sorted(MODELS))
+@pytest.mark.parametrize("rows", sorted(ROWS))
+def test_a_layer_in_chunks_gives_the_same_gram_and_update(tmp_path, kind, rows):
+    """Chunked (the memory of a chunk, not T × P_layer): the same Gram and update, to float64 round-off."""
+    (gram, update, _, _), (gram_l, update_l, _, step) = run_both(MODELS[kind], tmp_path, [ROWS[rows]], chunked=True)
+    np.testing.assert_allclose(gram_l, gram, rtol=1e-12, atol=1e-15)
+    for expected, got in zip(update, update_l):
+        torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-13)
+    layerwise = step.layerwise
+    # at most the budget and two rows: a window holds one row when a row exceeds the budget (a Multi-LoRA slot's B),
+    # and a row-sparse window has its discard slot
+    widest_row = max(p[0].numel() for p in step.trainable if p.dim() >= 2)
+    assert 0 < layerwise.peak_layer_bytes <= (layerwise.chunk_elements + 2 * widest_row) * 3 * 8
+
+
+def test_chunks_with_the_metric_and_the_descent_check(tmp_path):
+    """In the optimizer's metric and with g_tᵀΔθ: both read a chunk's window of the metric and of the update."""
+    results = []
+    for bufferless in (False, True):
+        model, tok = full(tmp_path / str(bufferless))
+        model = model.double()
+        metric = random_metric(model)
+        weighting = build_weighting("lfmlf", {"floor": 0.2})
+        step, _, _ = steps(
+            model,
+            bufferless,
+            None,
+            engine=SGDEngine(model, lr=0.1),
+            weighting=weighting,
+            metric=metric,
+            descent_check=True,
+        )
+        if bufferless:
+            step.layerwise.chunk_elements = small_chunks(model) // (3 * 8)
+        results.append(step([make_batch(tok, **MIXED)]))
+    buffered, chunked = results
+    np.testing.assert_allclose(chunked.weights.numpy(), buffered.weights.numpy(), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(chunked.first_order.numpy(), buffered.first_order.numpy(), rtol=1e-9, atol=1e-15)
+
+
+WHOLE, DEFAULT, FIXED = 1 << 40, None, 1 << 16  # chunk budgets: never chunk, CHUNK_OBJECTIVES' worth, 64 KiB
+
+
+def test_the_memory_of_the_products_does_not_grow_with_the_objectives(tmp_path):
+    """Formed whole, one layer's products at T = 48 are 16 times T = 3's; in chunks they stay within the budget at
+    both: a fixed one, and the default (CHUNK_OBJECTIVES objectives' worth of the largest layer, at least
+    MIN_CHUNK_BYTES: the same at any T)."""
+    peaks, budgets = {}, {}
+    model, tok = full(tmp_path)
+    for objectives in (3, 48):
+        for chunk_bytes in (WHOLE, DEFAULT, FIXED):
+            model.num_objectives = objectives
+            collector = PerObjectiveGradients(model, objectives, dense_in_buffer=False).attach()
+            layerwise = LayerwiseGradients(collector, chunk_bytes=chunk_bytes)
+            batch = make_batch(tok, **MIXED)
+            batch["objective_index"] = batch["objective_index"] * (objectives // 3)  # 3 of the T present
+            detached = {n: p.detach() for n, p in model.named_parameters()}
+            with collector.capturing():
+                sums, _ = torch.func.functional_call(model, detached, args=(), kwargs=batch)
+            sums.sum().backward()
+            layerwise.gram([p for p in model.parameters() if p.requires_grad])
+            peaks[objectives, chunk_bytes] = layerwise.peak_layer_bytes
+            budgets[objectives, chunk_bytes] = layerwise.chunk_elements * objectives * 4
+            collector.detach()
+    assert peaks[48, WHOLE] >= 8 * peaks[3, WHOLE] > 0
+    widest_row = max(p[0].numel() for p in model.parameters() if p.dim() == 2)
+    largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules() if len(m._parameters))
+    for objectives in (3, 48):
+        default = max(CHUNK_OBJECTIVES * largest * 4, MIN_CHUNK_BYTES)
+        assert budgets[objectives, DEFAULT] == pytest.approx(default, rel=0.01)
+    for objectives in (3, 48):
+        for chunk_bytes in (DEFAULT, FIXED):
+            assert (
+                0 < peaks[objectives, chunk_bytes] <= budgets[objectives, chunk_bytes] + 2 * objectives * widest_row * 4
+            )
+    assert peaks[48, FIXED] < peaks[48, WHOLE] / 4

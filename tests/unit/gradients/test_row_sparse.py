@@ -66,3 +66,26 @@ def test_an_embedding_table_costs_its_touched_rows_and_matches_the_ordinary_grad
         torch.testing.assert_close(collector.gradient(table)[t], table.grad)
         torch.testing.assert_close(collector.gradient(model.out.weight)[t], model.out.weight.grad)
     assert collector.touched_rows(table).tolist() == torch.unique(ids).tolist()
+
+
+def test_a_restricted_buffer_keeps_its_window_and_discards_the_rest():
+    """restrict(): the window's rows get slots, every other row the one discard slot past them, never read back;
+    outside_rows() says which rows were asked for outside; the store is sized to the window (no doubling)."""
+    weight = torch.zeros(10, 3)
+    buffer = RowSparseBuffer(weight, 2, torch.float64, capacity=1)
+    inside = torch.zeros(10, dtype=torch.bool)
+    inside[[2, 7]] = True
+    buffer.restrict(inside)
+    assert buffer.store.shape[1] == 3  # two rows and the discard slot
+    rows = torch.tensor([7, 1, 2, 7, 9])
+    slots = buffer.slots(rows)
+    store = buffer.store.view(-1, 3)
+    store.index_add_(0, slots, torch.ones(5, 3, dtype=torch.float64))  # objective 0's rows (slot = index)
+    used_rows, block = buffer.used()
+    assert used_rows.tolist() == [2, 7] and block.shape == (2, 2, 3)
+    assert block[0, 0].tolist() == [1.0] * 3 and block[0, 1].tolist() == [2.0] * 3 and not block[1].any()
+    assert slots[1] == slots[4] == buffer.store.shape[1] - 1  # the discard slot
+    assert buffer.outside_rows().tolist() == [1, 9]
+    buffer.clear()
+    buffer.restrict(None)
+    assert buffer.outside_rows().numel() == 0 and buffer.slots(torch.tensor([1])).tolist() == [0]

@@ -173,17 +173,24 @@ def _check_rank(rank: int, dtype: torch.dtype) -> None:
     expected_dots = reference.dot({reference_of[p]: v for p, v in vectors.items()})
     torch.testing.assert_close(sharded.dot(vectors), expected_dots, rtol=close, atol=close * expected_dots.abs().max())
     if dtype == torch.float32:
-        _check_layerwise(rank, reference, cases, on_reference, weights, vectors, reference_of)
+        for chunk_bytes in (None, CHUNKED):
+            _check_layerwise(rank, reference, cases, on_reference, weights, vectors, reference_of, chunk_bytes)
 
 
-def _check_layerwise(rank, reference, cases, on_reference, weights, vectors, reference_of) -> None:
+# 16 elements of each of the 4 objectives' products at a time: the Linear weights by windows of 3 or 2 rows, the
+# embedding by windows of 3 of the touched rows (each rank's differ: the windows are their union's)
+CHUNKED = 16 * OBJECTIVES * 4
+
+
+def _check_layerwise(rank, reference, cases, on_reference, weights, vectors, reference_of, chunk_bytes) -> None:
     """The bufferless path (weighting.gradient_buffers: none) on the same ranks and micro-batches: each layer's
     products formed from the tape after the backward passes, reduce-scattered, its partial Gram added; the same
-    answers, identical on both ranks; what it hands the engine averages to the combination."""
+    answers, identical on both ranks; what it hands the engine averages to the combination. ``chunk_bytes``: also
+    with every layer formed in chunks."""
     torch.manual_seed(0)
     model = Toy()
     collector = PerObjectiveGradients(model, OBJECTIVES, dense_in_buffer=False).attach()
-    layerwise = LayerwiseGradients(collector, rank, WORLD)
+    layerwise = LayerwiseGradients(collector, rank, WORLD, chunk_bytes=chunk_bytes)
     _backward_passes(model, collector, rank)
     mine = dict(zip(reference_of, model.parameters()))  # the sharded model's parameters -> this model's
     for params, only_rows, metric in cases.values():
@@ -208,6 +215,8 @@ def _check_layerwise(rank, reference, cases, on_reference, weights, vectors, ref
     dots = layerwise.dot({mine[p]: v for p, v in vectors.items()})
     torch.testing.assert_close(dots, expected_dots, rtol=1e-6, atol=1e-6 * expected_dots.abs().max())
     _assert_same_on_every_rank(dots)
+    if chunk_bytes is not None:  # the chunks held at most the budget (a window of rows, plus the discard slot)
+        assert 0 < layerwise.peak_layer_bytes <= chunk_bytes + OBJECTIVES * 5 * 4
 
 
 def _assert_same_on_every_rank(tensor: torch.Tensor) -> None:
