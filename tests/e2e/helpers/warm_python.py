@@ -63,6 +63,12 @@ PRELOAD = (
     "scipy.optimize",
     "seqeval.metrics",
     "safetensors.torch",
+    # a run's report draws with matplotlib (~1 s of imports, its colormaps most); pyplot is left to the child, which
+    # chooses its backend first (matplotlib.use("Agg")), as a fresh interpreter does
+    "matplotlib",
+    "matplotlib.figure",
+    "matplotlib.image",
+    "matplotlib.backend_bases",
 )
 #: the sys.path entries the server's own PYTHONPATH added: a child gets its own environment's instead
 _SERVER_PYTHONPATH = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
