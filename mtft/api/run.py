@@ -24,7 +24,7 @@ from mtft.core.errors import CheckpointError, ConfigError, DataError
 from mtft.core.output import OutputPolicy
 from mtft.core.registry import plugin_code
 from mtft.data.batching import BatchBuilder
-from mtft.data.pipeline import Objective, PreparedData, TaskData, _encode, _objective_key
+from mtft.data.pipeline import Objective, PreparedData, TaskData, _objective_key, encode_split
 from mtft.data.selection import SelectedTask, select_tasks
 from mtft.evaluation.evaluate import batch_logits
 from mtft.tasks.base import Task
@@ -206,7 +206,7 @@ class TrainedRun:
             )
         td = tasks[task.name]
         td.raw_eval[language], td.origin[UNNAMED, language] = raw, where
-        td.eval[language] = _encode(td, raw, where, run.tokenizer, config)
+        td.eval[language] = encode_split(td, raw, where, run.tokenizer)
         key = _objective_key(config.weighting.objectives)
         head = task.evaluate_with or task.name
         name = key(Objective(head, language))

@@ -138,7 +138,7 @@ def prepare_data(
     tokenizer = make_tokenizer(_all_texts(tasks))
     for td in tasks.values():
         split = config.evaluation.split
-        td.eval = {lang: _encode(td, ds, td.origin[split, lang], tokenizer) for lang, ds in td.raw_eval.items()}
+        td.eval = {lang: encode_split(td, ds, td.origin[split, lang], tokenizer) for lang, ds in td.raw_eval.items()}
         if trained is None:
             _encode_training(td, tokenizer)
     units = [Objective(chosen.name, lang) for chosen in selected for lang in chosen.training_languages()]
@@ -157,8 +157,8 @@ def prepare_data(
 
 def _encode_training(td: TaskData, tokenizer: Any) -> None:
     """Encode the training splits and data.dev_split's held-out examples; drop data.leave_out's rows."""
-    td.train = {lang: _encode(td, ds, td.origin["train", lang], tokenizer) for lang, ds in td.raw_train.items()}
-    td.dev = {lang: _encode(td, ds, td.origin[DEV, lang], tokenizer) for lang, ds in td.raw_dev.items()}
+    td.train = {lang: encode_split(td, ds, td.origin["train", lang], tokenizer) for lang, ds in td.raw_train.items()}
+    td.dev = {lang: encode_split(td, ds, td.origin[DEV, lang], tokenizer) for lang, ds in td.raw_dev.items()}
     for lang, gone in td.left_out_ids.items():  # encoded whole (S's cache), then S^i's rows dropped
         td.train_whole[lang] = len(td.train[lang])
         td.train[lang], td.train_kept[lang] = leave_out.drop_rows(td.train[lang], gone)
@@ -333,7 +333,9 @@ def _all_texts(tasks: dict[str, TaskData]) -> list[str]:
     return texts
 
 
-def _encode(td: TaskData, dataset: datasets.Dataset, where: str, tokenizer: Any) -> datasets.Dataset:
+def encode_split(td: TaskData, dataset: datasets.Dataset, where: str, tokenizer: Any) -> datasets.Dataset:
+    """``dataset``, a split of ``td``'s task read from ``where``, tokenised (cached by content: the rows, the task's
+    encoding, its labels, the length and the tokenizer)."""
     task, max_length, label_names = td.task, td.max_length, td.label_names
 
     def encode(batch: dict[str, list], rows: list[int]) -> dict[str, list]:  # rows checked: mtft.data.checks
