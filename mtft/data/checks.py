@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from mtft.core.errors import DataError, echo
 from mtft.tasks.base import Task
+from mtft.tasks.columns import column_values
 
 logger = logging.getLogger("mtft")
 
@@ -53,7 +54,7 @@ def _check_text_column(
     expected = _EXPECTED[task.text_value]
     inner = feature.feature if words and isinstance(feature, _LISTS) else None
     if isinstance(feature, datasets.Json) or isinstance(inner, datasets.Json):  # mixed types: find the first bad
-        for n, value in enumerate(dataset[column]):
+        for n, value in enumerate(column_values(dataset, column)):
             if value is None:
                 raise DataError(f"{where}: row {rows[n]}: missing value in column {column!r}")
             if not _holds(value, words):

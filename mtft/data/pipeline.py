@@ -23,6 +23,7 @@ from mtft.data.selection import SelectedTask, select_tasks
 from mtft.data.sources import describe_read, describe_source, load_split
 from mtft.reporting.report import TaskTable
 from mtft.tasks.base import Task, unique_by_id
+from mtft.tasks.columns import column_values
 from mtft.tasks.hidden import HiddenLabelsError, check_not_hidden
 
 logger = logging.getLogger("mtft")
@@ -219,7 +220,7 @@ def _load_training(td: TaskData, lang: str, limit: Optional[int], data: DataSect
     """The training split of ``lang`` as the run trains on it: labelled, data.dev_split and data.leave_out applied."""
     task = td.task
     td.raw_train[lang] = _load(td, "train", lang, limit, data)
-    check_not_hidden(task, td.raw_train[lang][task.label_column], td.origin["train", lang], "trained on")
+    check_not_hidden(task, column_values(td.raw_train[lang], task.label_column), td.origin["train", lang], "trained on")
     if data.dev_split is not None:
         _hold_out_dev(td, lang, data.dev_split, data.dev_split_seed)
     if data.leave_out is not None:

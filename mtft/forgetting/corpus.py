@@ -24,6 +24,7 @@ from mtft.core.templates import fill_template
 from mtft.data.sources import check_local_files, load_split
 from mtft.fixtures import GENERIC_TEXT
 from mtft.tasks.base import DatasetRef
+from mtft.tasks.columns import column_values
 
 
 def corpus_path(corpus: CorpusSection) -> str:
@@ -60,7 +61,7 @@ def corpus_texts(
             f"corpus {ref.describe()}: no column {corpus.text_column!r} (corpus.text_column); it has: "
             f"{', '.join(dataset.column_names)}"
         )
-    texts = [t for t in dataset[corpus.text_column] if isinstance(t, str) and t.strip()]
+    texts = [t for t in column_values(dataset, corpus.text_column) if isinstance(t, str) and t.strip()]
     if not texts:
         raise DataError(f"corpus {ref.describe()}: no non-empty texts in column {corpus.text_column!r}")
     return texts[:limit] if limit is not None else texts

@@ -37,6 +37,7 @@ from mtft.core.templates import check_template, fill_template
 from mtft.data.sources import check_local_files, load_split
 from mtft.forgetting.corpus import corpus_path
 from mtft.tasks.base import DatasetRef
+from mtft.tasks.columns import column_values
 
 Encode = Callable[[dict[str, torch.Tensor]], torch.Tensor]  # a padded batch -> last hidden states (n, T, d)
 
@@ -101,7 +102,7 @@ def _texts(
             f"forgetting.retrieval: {ref.describe()} has no column {column!r}; it has: "
             + ", ".join(dataset.column_names)
         )
-    return list(dataset[column])
+    return column_values(dataset, column)
 
 
 def retrieval_path(retrieval: RetrievalSection, corpus: CorpusSection) -> str:

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mtft.core.errors import ConfigError, DataError, echo, shorten
 from mtft.core.templates import fill_template
+from mtft.tasks.columns import column_values
 from mtft.tasks.hidden import HIDDEN_ENCODED, check_not_hidden, is_hidden
 
 #: Segment ids in encoded rows, kept wherever the tokenizer writes them (BERT: 0 for the first text of a pair, 1
@@ -152,7 +153,7 @@ class Task:
         if self.id_column is None or language not in self.language_id_prefixes:
             raise ConfigError(f"task {self.name!r}: language_id_prefixes needs id_column and an entry for {language!r}")
         prefix = f"{self.language_id_prefixes[language]}-"
-        keep = [i for i, value in enumerate(dataset[self.id_column]) if str(value).startswith(prefix)]
+        keep = [i for i, value in enumerate(column_values(dataset, self.id_column)) if str(value).startswith(prefix)]
         if not keep:
             raise DataError(f"{where}: no rows of language {language!r} (ids starting with {prefix!r})")
         return keep
@@ -170,7 +171,7 @@ class Task:
     def texts(self, dataset: datasets.Dataset) -> Iterator[str]:
         """The text of ``dataset``, for training the ``tiny`` tokenizer (word lists are joined by spaces)."""
         for column in self.text_columns:
-            for value in dataset[column]:
+            for value in column_values(dataset, column):
                 if isinstance(value, str):
                     yield value
                 elif isinstance(value, list) and all(isinstance(v, str) for v in value):
@@ -280,13 +281,16 @@ class Task:
 
     def references(self, raw: datasets.Dataset, label_names: Sequence[str], where: str) -> dict[str, Any]:
         """Example id -> reference in the task's natural form (here: the label name), in the split's order."""
-        check_not_hidden(self, raw[self.label_column], where)
-        labels = self.label_ids(raw[self.label_column], label_names, where, range(len(raw)))
+        values = column_values(raw, self.label_column)
+        check_not_hidden(self, values, where)
+        labels = self.label_ids(values, label_names, where, range(len(raw)))
         return unique_by_id(self.split_ids(raw), [label_names[i] for i in labels], where)
 
     def split_ids(self, raw: datasets.Dataset) -> list[str]:
         """The example id of every row of a split (as :meth:`example_ids` gives them)."""
-        return self.example_ids({self.id_column: raw[self.id_column]} if self.id_column else {}, range(len(raw)))
+        return self.example_ids(
+            {self.id_column: column_values(raw, self.id_column)} if self.id_column else {}, range(len(raw))
+        )
 
     def check_prediction(self, prediction: Any, reference: Any, label_names: Sequence[str]) -> Optional[str]:
         """Why ``prediction`` is malformed (None when it is fine): here it must be one of the label names."""
@@ -314,7 +318,9 @@ class Task:
         this to return None. Withheld labels are not counted."""
         counts = [0] * len(label_names)
         for dataset in train:
-            for label in self.label_ids(dataset[self.label_column], label_names, where, range(len(dataset))):
+            for label in self.label_ids(
+                column_values(dataset, self.label_column), label_names, where, range(len(dataset))
+            ):
                 if label != HIDDEN_ENCODED:
                     counts[label] += 1
         if not any(counts):

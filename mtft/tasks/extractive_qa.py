@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mtft.core.errors import ConfigError, DataError
 from mtft.tasks.base import SEGMENTS, Task, unique_by_id
+from mtft.tasks.columns import column_values
 
 logger = logging.getLogger("mtft")
 
@@ -73,7 +74,9 @@ class ExtractiveQATask(Task):
             raise ConfigError(f"task {self.name!r}: text_columns must be [question, context]")
         ids = self.split_ids(dataset)
         bad: list[tuple[int, str]] = []  # (position in dataset, problem)
-        for n, (context, answers) in enumerate(zip(dataset[self.context_column], dataset[self.label_column])):
+        for n, (context, answers) in enumerate(
+            zip(column_values(dataset, self.context_column), column_values(dataset, self.label_column))
+        ):
             problem = answer_problem(context, answers)
             if problem:
                 bad.append((n, problem))
@@ -147,7 +150,7 @@ class ExtractiveQATask(Task):
         """Per example, its predicted answer text and that answer's character span ``(start, end)`` in its context:
         the best-scoring span over its windows, without surrounding whitespace (some tokenizers' offsets include the
         space before a word); the empty answer and ``None`` where no window holds a valid span (as the HF recipe)."""
-        contexts = dict(zip(self.split_ids(raw), raw[self.context_column]))
+        contexts = dict(zip(self.split_ids(raw), column_values(raw, self.context_column)))
         spans = self._spans(outputs, encoded, contexts)
         return {key: contexts[key][span[0] : span[1]] if span else "" for key, span in spans.items()}, spans
 
@@ -171,7 +174,9 @@ class ExtractiveQATask(Task):
         return spans
 
     def references(self, raw: datasets.Dataset, label_names: Sequence[str], where: str) -> dict[str, Any]:
-        return unique_by_id(self.split_ids(raw), [list(a["text"]) for a in raw[self.label_column]], where)
+        return unique_by_id(
+            self.split_ids(raw), [list(a["text"]) for a in column_values(raw, self.label_column)], where
+        )
 
     def check_prediction(self, prediction, reference, label_names) -> Optional[str]:
         if not isinstance(prediction, str):

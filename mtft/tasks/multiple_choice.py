@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from mtft.core.errors import DataError
 from mtft.core.templates import check_template, fill_template
 from mtft.tasks.base import SEGMENTS, Task
+from mtft.tasks.columns import column_values
 
 
 class ChoiceSettings(BaseModel):
@@ -62,7 +63,7 @@ class MultipleChoiceTask(Task):
     def texts(self, dataset: datasets.Dataset) -> Iterator[str]:
         yield from super().texts(dataset)
         for column in self.options.choice_columns:
-            yield from (v for v in dataset[column] if isinstance(v, str))
+            yield from (v for v in column_values(dataset, column) if isinstance(v, str))
 
     def resolve_label_names(self, dataset: datasets.Dataset) -> list[str]:
         names = super().resolve_label_names(dataset)

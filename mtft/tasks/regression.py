@@ -14,6 +14,7 @@ import datasets
 
 from mtft.core.errors import DataError
 from mtft.tasks.base import Task, unique_by_id
+from mtft.tasks.columns import column_values
 from mtft.tasks.hidden import HIDDEN_ENCODED, check_not_hidden, hidden_rows
 
 _NUMERIC = ("float16", "float32", "float64", "int8", "int16", "int32", "int64")
@@ -59,7 +60,7 @@ class RegressionTask(Task):
         return out
 
     def references(self, raw: datasets.Dataset, label_names: Sequence[str], where: str) -> dict[str, Any]:
-        values = raw[self.label_column]
+        values = column_values(raw, self.label_column)
         check_not_hidden(self, values, where)
         return unique_by_id(self.split_ids(raw), self.label_ids(values, label_names, where, range(len(raw))), where)
 

@@ -26,6 +26,7 @@ from mtft.metrics.common import accuracy
 from mtft.metrics.diagnostics import gender_parity
 from mtft.metrics.superglue import multirc_scores, record_scores
 from mtft.tasks.base import SEGMENTS, Task, unique_by_id
+from mtft.tasks.columns import column_values
 from mtft.tasks.hidden import HIDDEN_ENCODED, check_not_hidden, is_hidden
 from mtft.tasks.spans import CharSpan, mark_char_spans, word_span
 
@@ -59,7 +60,7 @@ class MultiRCTask(Task):
     def references(self, raw: datasets.Dataset, label_names: Sequence[str], where: str) -> dict[str, Any]:
         """Example id -> {label name, question id}: the question groups the options when scoring."""
         labels = super().references(raw, label_names, where)  # in the split's order
-        questions = [_index_id(i, ("paragraph", "question")) for i in raw[self.id_column]]
+        questions = [_index_id(i, ("paragraph", "question")) for i in column_values(raw, self.id_column)]
         return {
             key: {"label": label, "question": question} for (key, label), question in zip(labels.items(), questions)
         }
@@ -153,7 +154,7 @@ class RecordTask(Task):
         return {example: candidate for example, (_, candidate) in best.items()}
 
     def references(self, raw: datasets.Dataset, label_names: Sequence[str], where: str) -> dict[str, Any]:
-        answers = raw[self.label_column]
+        answers = column_values(raw, self.label_column)
         check_not_hidden(self, answers, where)
         return unique_by_id(self.split_ids(raw), [list(a) for a in answers], where)
 

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from mtft.core.errors import DataError
 from mtft.core.labels import IGNORE_INDEX
 from mtft.tasks.base import SEGMENTS, Task, unique_by_id
+from mtft.tasks.columns import column_values
 
 logger = logging.getLogger("mtft")
 
@@ -97,7 +98,7 @@ class TokenClassificationTask(Task):
     def references(self, raw: datasets.Dataset, label_names: Sequence[str], where: str) -> dict[str, Any]:
         tags = [
             [label_names[i] for i in self.label_ids(list(t), label_names, where, [r] * len(t))]
-            for r, t in enumerate(raw[self.label_column])
+            for r, t in enumerate(column_values(raw, self.label_column))
         ]
         return unique_by_id(self.split_ids(raw), tags, where)
 
