@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from mtft.config.schema import RunConfig
+from mtft.config.schema import ModelSection, RunConfig
 from mtft.data.selection import select_tasks
 from mtft.data.sources import describe_source, load_split
 from mtft.tasks.base import DatasetRef
@@ -36,15 +36,14 @@ def prefetch(config: RunConfig, echo: Callable[[str], None] = print) -> int:
         dataset = load_split(ref, config.data.sources, config.data.cache_dir)
         echo(f"cached {describe_source(ref, config.data.sources)}: {len(dataset)} rows")
     if config.model.backbone != "tiny":
-        _prefetch_backbone(config, echo)
+        _prefetch_backbone(config.model, config.data.longest_row, config.pretrain.seed, echo)
     return len(refs)
 
 
-def _prefetch_backbone(config: RunConfig, echo: Callable[[str], None]) -> None:
+def _prefetch_backbone(model: ModelSection, longest_row: int, seed: int, echo: Callable[[str], None]) -> None:
     from mtft.models.backbone import build_encoder
     from mtft.models.tokenizer import load_backbone_tokenizer
 
-    model = config.model
     tokenizer = load_backbone_tokenizer(model.backbone, model.revision, model.trust_remote_code)
-    build_encoder(model, tokenizer, config.data.longest_row, config.pretrain.seed)  # downloads the weights
+    build_encoder(model, tokenizer, longest_row, seed)  # downloads the weights
     echo(f"cached model {model.backbone}" + (f" (revision {model.revision})" if model.revision else ""))

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from mtft.adapters import build_method, parameter_table
-from mtft.config.schema import ModelSection, RunConfig
+from mtft.config.schema import AdapterSection, ModelSection, RunConfig, WeightingSection
 from mtft.core.atomic import recover
 from mtft.core.distributed import ProcessInfo, barrier
 from mtft.core.errors import ConfigError
@@ -75,7 +75,7 @@ def build_run(config: RunConfig, proc: ProcessInfo, resuming: bool) -> RunParts:
     # built before the run directory: a bad backbone or adapter writes nothing
     model = build_model(config, data, start)
     weighting = build_weighting(config.weighting.method, config.weighting.options)
-    shared = _shared_parameters(config, model, data) if weighting.needs_gram else None
+    shared = _shared_parameters(config.weighting, config.model.adapter, model, data) if weighting.needs_gram else None
     if proc.is_main:  # complete (config, encoder files, marker) or absent; a resumed run keeps its directory
         create_run_dir(config, lambda folder: save_encoder_files(folder, model.encoder, data.tokenizer))
     barrier()
@@ -119,13 +119,13 @@ def _prepare_data_rank0_first(config: RunConfig, start: ModelSection, proc: Proc
     return data
 
 
-def _shared_parameters(config: RunConfig, model, data: PreparedData):
-    shared, shared_rows = shared_parameters(model, data, config.weighting.shared, build_method(config.model.adapter))
+def _shared_parameters(cfg: WeightingSection, adapter: AdapterSection, model, data: PreparedData):
+    shared, shared_rows = shared_parameters(model, data, cfg.shared, build_method(adapter))
     if not shared and len(data.objective_names) > 1:  # one objective: w = 1, nothing to balance
         raise ConfigError(
-            f"weighting.method={config.weighting.method}: no trainable parameter is shared by two "
-            f"objectives (weighting.shared={config.weighting.shared}, model.adapter.method="
-            f"{config.model.adapter.method}), so there is nothing to balance; use weighting.shared=all "
+            f"weighting.method={cfg.method}: no trainable parameter is shared by two "
+            f"objectives (weighting.shared={cfg.shared}, model.adapter.method="
+            f"{adapter.method}), so there is nothing to balance; use weighting.shared=all "
             "or weighting.method=mean"
         )
     return shared, shared_rows
@@ -151,7 +151,9 @@ def _build_step(config: RunConfig, engine, weighting: Weighting, shared, num_obj
                 f"{cfg.method}: weighting.metric=optimizer with training.optimizer.name="
                 f"{config.training.optimizer.name}, which applies no preconditioner: the Euclidean Gram"
             )
-    choice = _buffer_choice(config, engine, num_objectives, world)
+    training = config.training
+    tokens = training.micro_batch_size * config.data.max_length * training.gradient_accumulation_steps
+    choice = _buffer_choice(cfg, tokens, engine, num_objectives, world)
     logger.info(f"{cfg.method}: per-objective gradients {choice.why}")
     step = GramWeightedStep(
         engine,
@@ -175,12 +177,9 @@ def _build_step(config: RunConfig, engine, weighting: Weighting, shared, num_obj
     return step
 
 
-def _buffer_choice(config: RunConfig, engine, num_objectives: int, world: int) -> BufferChoice:
-    """``weighting.gradient_buffers`` (``auto`` resolved against the memory budget)."""
+def _buffer_choice(cfg: WeightingSection, tokens: int, engine, num_objectives: int, world: int) -> BufferChoice:
+    """``weighting.gradient_buffers`` (``auto`` resolved against the memory budget), for ``tokens`` a step."""
     trainable = [p for p in engine.module.parameters() if p.requires_grad]
-    training = config.training
-    tokens = training.micro_batch_size * config.data.max_length * training.gradient_accumulation_steps
-    cfg = config.weighting
     element = 2 if cfg.gradient_buffers == "bfloat16" else 4
     needed = buffer_bytes(trainable, row_sparse_parameters(engine.module), num_objectives, world, tokens, element)
     return choose_buffers(cfg.gradient_buffers, needed, cfg.gradient_buffers_budget_gb, engine.device, num_objectives)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 from mtft.config.paths import cache_dir
-from mtft.config.schema import ModelSection, OptimizerSection, RunConfig
+from mtft.config.schema import ModelSection, OptimizerSection, PretrainSection, RunConfig, SurtSection
 from mtft.core.atomic import MARKER
 from mtft.core.distributed import ProcessInfo
 from mtft.data.pipeline import task_training_texts
@@ -28,9 +28,9 @@ from mtft.training.stage_cache import content_digest, from_cache_or_fill, stage_
 SURT_VERSION = "1"  # bump when re-training changes what it produces, to invalidate cached checkpoints
 
 
-def surt_optimizer(config: RunConfig) -> OptimizerSection:
+def surt_optimizer(pretrain: PretrainSection, surt: SurtSection) -> OptimizerSection:
     """The optimizer SURT trains with: ``pretrain.optimizer``, its lr replaced by ``stability.surt.lr`` if set."""
-    optimizer, lr = config.pretrain.optimizer, config.stability.surt.lr
+    optimizer, lr = pretrain.optimizer, surt.lr
     return optimizer if lr is None else optimizer.model_copy(update={"lr": lr})
 
 
@@ -41,18 +41,17 @@ def surt_key(config: RunConfig, texts: Sequence[str], world_size: int = 1) -> st
     mlm = p.model_dump(mode="json", include={"seed", "block_size", "micro_batch_size", "scheduler"})
     parts = {
         "version": SURT_VERSION,
-        "backbone": _backbone_identity(config),
+        "backbone": _backbone_identity(config.model),
         "texts": hashlib.sha256("\0".join(texts).encode()).hexdigest(),
         "surt": config.stability.surt.model_dump(mode="json"),
-        "mlm": {**mlm, "optimizer": surt_optimizer(config).model_dump(mode="json")},
+        "mlm": {**mlm, "optimizer": surt_optimizer(p, config.stability.surt).model_dump(mode="json")},
         "block_size": p.block_size or config.data.max_length,
         "mlm_probability": config.corpus.mlm_probability,
     }
     return stage_key(config, world_size, parts)
 
 
-def _backbone_identity(config: RunConfig) -> dict:
-    model = config.model
+def _backbone_identity(model: ModelSection) -> dict:
     identity = {"backbone": model.backbone, "revision": model.revision}
     folder = Path(model.backbone)
     if folder.is_dir():  # a local folder (the cached pre-trained tiny one included) is named by its content
@@ -83,7 +82,8 @@ def surt_backbone(config: RunConfig, model: ModelSection, proc: ProcessInfo) -> 
 
 def _retrain_into(config: RunConfig, texts: list[str], folder: Path, proc: ProcessInfo) -> None:
     """Re-train the backbone on the tasks' training text into the cache entry ``folder``."""
-    pre = Pretraining(config, [], proc, training_texts=texts, optimizer=surt_optimizer(config))
+    optimizer = surt_optimizer(config.pretrain, config.stability.surt)
+    pre = Pretraining(config, [], proc, training_texts=texts, optimizer=optimizer)
     tokens = config.stability.surt.tokens
     logger.info(
         f"SURT: re-training the backbone ({config.model.backbone}) with masked-LM on the tasks' training text "

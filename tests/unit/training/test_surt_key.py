@@ -75,8 +75,9 @@ def test_surt_lr_replaces_the_pretrain_peak_rate_only():
     cfg = config(
         stability={"surt": {"enabled": True, "lr": 2e-5}}, pretrain={"optimizer": {"name": "adamw", "lr": 5e-4}}
     )
-    assert surt_optimizer(cfg) == cfg.pretrain.optimizer.model_copy(update={"lr": 2e-5})
-    assert surt_optimizer(config()) == config().pretrain.optimizer
+    assert surt_optimizer(cfg.pretrain, cfg.stability.surt) == cfg.pretrain.optimizer.model_copy(update={"lr": 2e-5})
+    plain = config()
+    assert surt_optimizer(plain.pretrain, plain.stability.surt) == plain.pretrain.optimizer
 
 
 def test_the_key_is_that_of_before_the_optimizer_was_passed_whole():
