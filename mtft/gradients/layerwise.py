@@ -120,10 +120,12 @@ class LayerProducts(FirstWriteProducts):
     def _buffer(self, param: torch.Tensor) -> torch.Tensor:
         buffer = self.dense.get(param)
         if buffer is None:  # uninitialised: a first write overwrites, of() zeroes the rows never written
-            window = self.windows.get(param)
-            shape = (self.num_objectives, *full_shape(param))
-            if window is not None:
-                shape = (self.num_objectives, window.stop - window.start)
+            window = self._window(param)
+            shape = (
+                (self.num_objectives, *full_shape(param))
+                if window is None
+                else (self.num_objectives, window.stop - window.start)
+            )
             if self.workspace is not None:
                 buffer = self.dense[param] = self.workspace.take(shape, self.dense.values(), param.device)
             else:
@@ -218,6 +220,9 @@ class LayerwiseGradients:
         self.num_objectives = collector.num_objectives
         self.rank, self.world_size = rank, world_size
         self.tape: dict[nn.Module, list[_Record]] = {}
+        # the step's touched rows of each row-sparse weight that is formed in windows (every rank's), found once a
+        # step: the Gram and the dot passes walk the same windows
+        self.touched: dict[torch.Tensor, torch.Tensor] = {}
         self.peak_layer_bytes = 0  # the largest layer's products held at once, since construction
         self.workspace = Workspace(self.num_objectives, collector.dtype)
         self.combine_workspace = Workspace(1, collector.dtype, reuse_dense=False)
@@ -237,8 +242,9 @@ class LayerwiseGradients:
 
     # -- the backward pass ------------------------------------------------------------------------------
     def zero(self) -> None:
-        """Start a new step: forget the tape (its tensors are freed)."""
+        """Start a new step: forget the tape (its tensors are freed) and the touched rows."""
         self.tape = {}
+        self.touched = {}
 
     def record(self, rule: Rule, saved: Any, segments: Segments, grad: torch.Tensor, dim: int) -> None:
         self.tape.setdefault(rule.module, []).append(_Record(rule, saved, segments, grad, dim))
@@ -305,13 +311,16 @@ class LayerwiseGradients:
         """Chunks of a row-sparse weight: its touched rows (every rank's), a window of them at a time."""
         shape = full_shape(param)
         per_row = full_numel(param) // max(shape[0], 1)
-        nothing = torch.zeros(shape[0], dtype=torch.bool)
-        touched = self._pass(Chunk([param], rows={param: nothing}), sparse, records).sparse[param].outside_rows()
-        if self.world_size > 1:  # the union of the ranks' rows, so that every rank walks the same windows
-            union = torch.zeros(shape[0], dtype=torch.float32, device=touched.device)
-            union[touched] = 1
-            torch.distributed.all_reduce(union)
-            touched = union.nonzero(as_tuple=True)[0]
+        touched = self.touched.get(param)
+        if touched is None:  # a pass that keeps no row finds them
+            nothing = torch.zeros(shape[0], dtype=torch.bool)
+            touched = self._pass(Chunk([param], rows={param: nothing}), sparse, records).sparse[param].outside_rows()
+            if self.world_size > 1:  # the union of the ranks' rows, so that every rank walks the same windows
+                union = torch.zeros(shape[0], dtype=torch.float32, device=touched.device)
+                union[touched] = 1
+                torch.distributed.all_reduce(union)
+                touched = union.nonzero(as_tuple=True)[0]
+            self.touched[param] = touched
         rows_per_window = max(1, self.chunk_elements // max(per_row, 1))
         for start in range(0, len(touched), rows_per_window):
             inside = torch.zeros(shape[0], dtype=torch.bool, device=touched.device)
@@ -371,7 +380,8 @@ class LayerwiseGradients:
     def _reduced_rows(self, buffer: RowSparseBuffer) -> torch.Tensor:
         """The touched rows of a row-sparse buffer, its blocks summed over the ranks (over the union of their rows)."""
         if self.world_size > 1:
-            buffer.take_union_of_ranks()
+            if buffer.inside is None:  # a window's slots are the ranks' union's rows already (_row_windows)
+                buffer.take_union_of_ranks()
             return buffer.all_reduce_touched()
         return buffer.touched()
 

@@ -43,38 +43,41 @@ class RowSparseBuffer:
         self.outside = []
 
     def restrict(self, inside: Optional[torch.Tensor]) -> None:
-        """From now on only the rows where the boolean mask ``inside`` holds get slots (None: every row); any other
-        row's slot is the discard slot, the store's last, which is never read (:meth:`outside_rows` says which rows
-        went there). Call after :meth:`clear`."""
+        """From now on only the rows where the boolean mask ``inside`` holds have slots, all handed out (zeroed) now,
+        in row order (None: every row, a slot handed out as each comes); any other row's slot is the discard slot,
+        the store's last, which is never read (:meth:`outside_rows` says which rows went there). Call after
+        :meth:`clear`."""
         self.inside = None if inside is None else inside.to(self.slot_of.device)
-        if self.inside is not None:  # room for the window's rows and the discard slot, so that it never doubles
-            wanted = int(self.inside.sum()) + 1
-            if self.store.shape[1] < wanted:
-                self.store = self.store.new_empty(self.num_objectives, wanted, *self.shape[1:])
+        if self.inside is None:
+            return
+        window = self.inside.nonzero(as_tuple=True)[0]
+        if self.store.shape[1] < len(window) + 1:  # the window and the discard slot: it never grows after
+            self.store = self.store.new_empty(self.num_objectives, len(window) + 1, *self.shape[1:])
+        self._hand_out(window)
 
     def slots(self, rows: torch.Tensor) -> torch.Tensor:
         """The slots of ``rows`` (a 1-D index tensor), giving zeroed slots to rows not touched before."""
         if self.inside is None:
-            self._hand_out(torch.unique(rows[self.slot_of[rows] < 0]), spare=0)
+            self._hand_out(torch.unique(rows[self.slot_of[rows] < 0]))
             return self.slot_of[rows]
         inside = self.inside[rows]
         self.outside.append(rows[~inside])
-        self._hand_out(torch.unique(rows[inside & (self.slot_of[rows] < 0)]), spare=1)
-        discard = self.store.shape[1] - 1  # past every used slot (spare=1)
+        discard = self.store.shape[1] - 1  # past the window's slots (restrict)
         return torch.where(inside, self.slot_of[rows], torch.full_like(rows, discard))
 
-    def _hand_out(self, new: torch.Tensor, spare: int) -> None:
-        """Zeroed slots for the rows ``new``, the store grown so that ``spare`` slots stay free past the used ones."""
+    def _hand_out(self, new: torch.Tensor) -> None:
+        """Zeroed slots for the rows ``new`` (not holding one), the store grown as needed."""
+        if not len(new):
+            return
         used, needed = len(self.rows), len(self.rows) + len(new)
-        if needed + spare > self.store.shape[1]:
-            grown = min(max(needed + spare, 2 * self.store.shape[1]), self.shape[0] + spare)
+        if needed > self.store.shape[1]:
+            grown = min(max(needed, 2 * self.store.shape[1]), self.shape[0])
             store = self.store.new_empty(self.num_objectives, grown, *self.shape[1:])
             store[:, :used] = self.store[:, :used]
             self.store = store
-        if len(new):
-            self.store[:, used:needed] = 0
-            self.slot_of[new] = torch.arange(used, needed, device=self.slot_of.device)
-            self.rows = torch.cat([self.rows, new])
+        self.store[:, used:needed] = 0
+        self.slot_of[new] = torch.arange(used, needed, device=self.slot_of.device)
+        self.rows = torch.cat([self.rows, new])
 
     def outside_rows(self) -> torch.Tensor:
         """The rows asked for outside the window of :meth:`restrict` since :meth:`clear`, sorted, once each."""
