@@ -4,13 +4,15 @@
     python bench/lfmlf_step.py --objectives 15 48 --steps 10
     python bench/lfmlf_step.py --bytes               # the bytes table by formula only (XLM-R base and large)
 
-Five steps per T, measured side by side (interleaved, medians over --steps repetitions) in one process on one
+Six steps per T, measured side by side (interleaved, medians over --steps repetitions) in one process on one
 DeepSpeed engine (ZeRO 0, AdamW), every one ending in the engine's step:
   plain       the mean of the per-objective losses, one backward             (mtft.training.step.LossWeightedStep)
   buffered    per-objective gradients by hooks into T × P buffers, Gram, exact min-norm solve, one surrogate
               backward (GramWeightedStep; weighting.gradient_buffers: full)
   bufferless  the same step without the buffers: the Gram layer by layer from the backward pass's tape, the
               update from the row-scaled output gradients (weighting.gradient_buffers: none)
+  bufferless_backward  the same without the tape: the Gram formed at each layer during the backward pass, the
+              update by a second backward pass of the weighted losses (weighting.bufferless_update: backward)
   autogram    TorchJD's autogram engine (torchjd.autogram.Engine, batch_dim=0): the per-example Gramian of the
               same encoder and head, reduced to the T × T Gram of the objectives' mean losses (M G Mᵀ), the same
               exact min-norm weights, then a backward pass of the weighted losses (Quinton & Rey, 2024, Section 6)
@@ -174,8 +176,8 @@ def engine_for(model, lr=1e-5):
     return engine
 
 
-KINDS = ("plain", "buffered", "bufferless", "autogram", "naive", "bufferless_whole")
-DEFAULT_KINDS = KINDS[1:5]  # bufferless_whole (every layer's T products at once, as before the chunks): on request
+KINDS = ("plain", "buffered", "bufferless", "bufferless_backward", "autogram", "naive", "bufferless_whole")
+DEFAULT_KINDS = KINDS[1:6]  # bufferless_whole (every layer's T products at once, as before the chunks): on request
 
 
 def make_step(kind: str, engine, num_objectives: int):
@@ -187,7 +189,15 @@ def make_step(kind: str, engine, num_objectives: int):
     if kind == "naive":
         return NaiveStep(engine, build_weighting("lfmlf"), num_objectives, 1, shared=params)
     bufferless = kind.startswith("bufferless")
-    step = GramWeightedStep(engine, build_weighting("lfmlf"), num_objectives, 1, shared=params, bufferless=bufferless)
+    step = GramWeightedStep(
+        engine,
+        build_weighting("lfmlf"),
+        num_objectives,
+        1,
+        shared=params,
+        bufferless=bufferless,
+        second_backward=kind == "bufferless_backward",
+    )
     if kind == "bufferless_whole":
         assert step.layerwise is not None
         step.layerwise.chunk_elements = 1 << 62
@@ -207,7 +217,7 @@ def time_steps(args) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
     kinds = [k for k in KINDS if k in ("plain", *args.kinds) and (k != "naive" or args.objectives <= args.naive_up_to)]
     steps = {kind: make_step(kind, twin_engine if kind == "autogram" else engine, args.objectives) for kind in kinds}
     times: dict[str, list[float]] = {kind: [] for kind in steps}
-    gram_steps = [k for k in ("buffered", "bufferless", "bufferless_whole") if k in kinds]
+    gram_steps = [k for k in ("buffered", "bufferless", "bufferless_backward", "bufferless_whole") if k in kinds]
     phases: dict[str, dict[str, list[float]]] = {kind: {p: [] for p in PHASES} for kind in gram_steps}
     for repeat in range(args.steps + 1):
         for kind, step in steps.items():  # interleaved, so that machine noise hits every kind alike

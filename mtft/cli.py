@@ -65,7 +65,7 @@ def main(argv: list[str]) -> int:
     if args.plan:
         from mtft.data.plan import describe_plan
 
-        print("\n".join(describe_plan(config)))
+        print("\n".join(describe_plan(config.data, config.evaluation, config.model.backbone)))
         return 0
     if args.prefetch:
         from mtft.data.prefetch import prefetch

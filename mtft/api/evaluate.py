@@ -45,10 +45,12 @@ def evaluation_config(run_dir: Path, overrides: Sequence[str]) -> RunConfig:
     root, _ = find_run_dir(run_dir)
     try:
         config = load_config(root / "config.yaml", overrides)
-        trained = trained_languages(load_config(root / "config.yaml"))
+        run_config = load_config(root / "config.yaml")
+        trained = trained_languages(run_config.data, run_config.evaluation.split)
     except UserError as error:
         raise ConfigError(f"{root}/config.yaml: {error}") from None
-    select_tasks(config, trained)  # unknown tasks, languages or settings: refused before any data or model loads
+    # unknown tasks, languages or settings: refused before any data or model loads
+    select_tasks(config.data, config.evaluation.split, trained)
     return config
 
 
@@ -71,7 +73,9 @@ def _evaluate_run(run_dir: Path, out: Path, overrides: Sequence[str], checkpoint
     policy.check_folder(out)
     run = load_run(run_dir, checkpoint)
     datasets.disable_progress_bars()
-    data = prepare_data(config, lambda texts: run.loaded.tokenizer, trained_languages(run.config))
+    data = prepare_data(
+        config, lambda texts: run.loaded.tokenizer, trained_languages(run.config.data, run.config.evaluation.split)
+    )
     _route_like_the_run(data, run)
     result = evaluate(run.loaded.model, data, BatchBuilder(data), config.evaluation.batch_size, "cpu")
     result.metrics.update(majority_baselines(data))

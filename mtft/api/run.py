@@ -63,7 +63,7 @@ def read_input(
     """(rows, where they came from) of ``source`` for ``task`` of the run whose config is ``config``: a
     .jsonl/.json/.csv/.parquet file, a Hub id or a local dataset folder (then its ``split``, and the task's config
     for ``language``), checked against the task's columns (:mod:`mtft.api.inputs`) -- without its model."""
-    chosen = {c.name: c for c in select_tasks(config)}.get(task)
+    chosen = {c.name: c for c in select_tasks(config.data, config.evaluation.split)}.get(task)
     if chosen is None:
         raise ConfigError(
             f"task {task!r} is not a task of this run; its tasks: {', '.join(t.name for t in config.data.tasks)}"
@@ -84,7 +84,9 @@ class TrainedRun:
     def __init__(self, loaded: LoadedRun):
         self.loaded = loaded
         self.config = loaded.config
-        self.tasks: dict[str, SelectedTask] = {chosen.name: chosen for chosen in select_tasks(loaded.config)}
+        self.tasks: dict[str, SelectedTask] = {
+            chosen.name: chosen for chosen in select_tasks(loaded.config.data, loaded.config.evaluation.split)
+        }
 
     @property
     def run_dir(self) -> Path:

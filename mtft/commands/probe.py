@@ -189,7 +189,11 @@ def _surt_backbone(folder: Path, config, run, backbone: str, revision) -> str:
 
     model = config.model.model_copy(update={"backbone": backbone, "revision": revision})
     world_size = saved_world_size(latest_checkpoint(run.run_dir) or run.checkpoint)
-    key = surt_key(config.model_copy(update={"model": model}), task_training_texts(config), world_size)
+    key = surt_key(
+        config.model_copy(update={"model": model}),
+        task_training_texts(config.data, config.evaluation.split),
+        world_size,
+    )
     entry = cache_dir(config.data) / "surt" / key
     if not (entry / MARKER).is_file():
         raise CheckpointError(

@@ -381,6 +381,15 @@ class WeightingSection(Section):
         "its output features, an embedding by its touched rows), so that this memory does not grow with T. Null: "
         "32 objectives' worth of the largest layer, at least 1 MiB.",
     )
+    bufferless_update: Literal["tape", "backward"] = Field(
+        "tape",
+        description="How the bufferless step (gradient_buffers: none, or auto choosing it) writes the update. "
+        "tape = the backward pass records each trainable layer's input and output gradient, and the update is one "
+        "product per layer of them (one backward pass; the tape's memory, about the activations', beyond the plain "
+        "step's); backward = no tape: the Gram is formed at each layer during the backward pass, and the update "
+        "comes from a second backward pass of the weighted losses (about the plain step's memory; one more backward "
+        "pass of time; one process, training.gradient_accumulation_steps=1, no descent_check).",
+    )
 
     @field_validator("method")
     @classmethod
@@ -877,6 +886,27 @@ class RunConfig(Section):
             raise ValueError(
                 "weighting.descent_check=true needs per-objective gradients, which model.adapter.method="
                 f"{self.model.adapter.method} does not provide; set weighting.descent_check=false"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _bufferless_update_needs(self) -> "RunConfig":
+        """``bufferless_update: backward`` forms each layer's part of the Gram at its hook, so each layer's products
+        must be complete there: one micro-batch a step; and it keeps nothing to re-form them for the descent check.
+        (One process is checked at launch, where the world size is known.)"""
+        weighting = self.weighting
+        if weighting.bufferless_update != "backward" or weighting.gradient_buffers in ("full", "bfloat16"):
+            return self
+        if self.training.gradient_accumulation_steps > 1:
+            raise ValueError(
+                "weighting.bufferless_update=backward forms the Gram during the backward pass, exact for one "
+                f"micro-batch a step (training.gradient_accumulation_steps={self.training.gradient_accumulation_steps}"
+                "), since the micro-batches' cross terms enter the Gram: use weighting.bufferless_update=tape"
+            )
+        if weighting.descent_check:
+            raise ValueError(
+                "weighting.descent_check=true re-forms the per-objective products after the step, from the tape that "
+                "weighting.bufferless_update=backward does not keep: use weighting.bufferless_update=tape"
             )
         return self
 

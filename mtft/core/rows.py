@@ -9,7 +9,7 @@ so Hugging Face encoders run them unchanged.
 from __future__ import annotations
 
 import contextlib
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
@@ -50,14 +50,20 @@ def rows_for_recomputation() -> tuple[contextlib.AbstractContextManager, context
     """A ``context_fn`` for ``torch.utils.checkpoint``: the row labels declared when a layer first runs, declared
     again when activation checkpointing recomputes it in the backward pass (outside the model's own declaration), so
     that a layer that reads them (Multi-LoRA's routing) recomputes what it first computed."""
-    labels = _ROWS.get()
+    return contextlib.nullcontext(), _Declared(_ROWS.get())
 
-    @contextlib.contextmanager
-    def declared() -> Iterator[None]:
-        token = _ROWS.set(labels)
-        try:
-            yield
-        finally:
-            _ROWS.reset(token)
 
-    return contextlib.nullcontext(), declared()
+class _Declared:
+    """Row labels declared for the duration of a recomputation. Reusable, unlike a generator's context manager: a
+    layer is recomputed once per backward pass over its graph, and the bufferless step's second backward pass
+    (``weighting.bufferless_update: backward``) makes two."""
+
+    def __init__(self, labels: Optional[RowLabels]):
+        self.labels = labels
+        self.tokens: list[Token] = []
+
+    def __enter__(self) -> None:
+        self.tokens.append(_ROWS.set(self.labels))
+
+    def __exit__(self, *exc: object) -> None:
+        _ROWS.reset(self.tokens.pop())

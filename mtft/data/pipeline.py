@@ -133,7 +133,7 @@ def prepare_data(
     evaluate that run. Nothing is trained, so only the evaluation split is required, encoded and checked; the
     run's training splits are read, where they can be, for the majority-class baseline alone
     (:func:`_read_trained_labels`), and the objectives are the run's, for the evaluated languages it trained on."""
-    selected = select_tasks(config, trained)
+    selected = select_tasks(config.data, config.evaluation.split, trained)
     tasks = {chosen.name: _load_task(chosen, config.data, config.evaluation.split) for chosen in selected}
     _check_borrowed_heads(tasks)
     tokenizer = make_tokenizer(_all_texts(tasks))
@@ -165,22 +165,23 @@ def _encode_training(td: TaskData, tokenizer: Any) -> None:
         td.train[lang], td.train_kept[lang] = leave_out.drop_rows(td.train[lang], gone)
 
 
-def task_texts(config: RunConfig) -> list[str]:
-    """The raw texts of every task of ``config`` (what a locally trained tokenizer of the run is trained on), loaded
-    and checked as :func:`prepare_data` does, not tokenised."""
-    split = config.evaluation.split
-    return _all_texts({chosen.name: _load_task(chosen, config.data, split) for chosen in select_tasks(config)})
+def task_texts(data: DataSection, eval_split: str) -> list[str]:
+    """The raw texts of every task of ``data`` (what a locally trained tokenizer of the run is trained on), its
+    training splits and ``eval_split`` (``evaluation.split``), loaded and checked as :func:`prepare_data` does, not
+    tokenised."""
+    return _all_texts({chosen.name: _load_task(chosen, data, eval_split) for chosen in select_tasks(data, eval_split)})
 
 
-def task_training_texts(config: RunConfig) -> list[str]:
+def task_training_texts(data: DataSection, eval_split: str) -> list[str]:
     """The text of every task's training split (each of its text columns; never the label or id column), for
     SURT's masked-LM re-training (Fu, So & Collier, 2023, §3.3): evaluation splits and evaluation-only tasks are
-    left out, so no text the run is scored on is trained on; so are data.leave_out's removed examples."""
+    left out, so no text the run is scored on is trained on; so are data.leave_out's removed examples.
+    ``eval_split`` (``evaluation.split``) is read too: the tasks are loaded and checked as the run loads them."""
     texts: list[str] = []
-    for chosen in select_tasks(config):
+    for chosen in select_tasks(data, eval_split):
         if chosen.task.evaluate_with is not None:
             continue
-        td = _load_task(chosen, config.data, config.evaluation.split)
+        td = _load_task(chosen, data, eval_split)
         for lang in td.raw_train:
             texts.extend(td.task.texts(td.trained_raw(lang)))
     return texts

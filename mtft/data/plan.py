@@ -11,33 +11,33 @@ loads them.
 
 from __future__ import annotations
 
-from mtft.config.schema import RunConfig
+from mtft.config.schema import DataSection, EvaluationSection
 from mtft.data.selection import SelectedTask, check_tasks, selection_metric
 from mtft.data.sources import describe_source
 
 
-def describe_plan(config: RunConfig) -> list[str]:
-    """The plan's lines (a :class:`~mtft.core.errors.ConfigError` or ``DataError`` for what the preflight refuses)."""
-    selected = check_tasks(config)
-    split = config.evaluation.split
-    lines = [f"backbone {config.model.backbone} (not loaded by --plan); evaluation split {split}"]
+def describe_plan(data: DataSection, evaluation: EvaluationSection, backbone: str) -> list[str]:
+    """The plan's lines (a :class:`~mtft.core.errors.ConfigError` or ``DataError`` for what the preflight refuses).
+    ``backbone`` (``model.backbone``) is only named: the plan loads no model."""
+    selected = check_tasks(data, evaluation)
+    split = evaluation.split
+    lines = [f"backbone {backbone} (not loaded by --plan); evaluation split {split}"]
     for chosen in selected:
-        lines += _task_lines(chosen, split, config.data.sources)
-    key = config.evaluation.metric_for_best
+        lines += _task_lines(chosen, split, data.sources)
+    key = evaluation.metric_for_best
     if key is None:
         lines.append("model selection: none (evaluation.metric_for_best is null)")
     else:
-        dev = config.data.dev_split is not None
+        dev = data.dev_split is not None
         read = selection_metric(
-            config.evaluation,
+            evaluation,
             {c.name: c.languages for c in selected},
             {c.name: c.target_languages() for c in selected},
             dev,
         )
         on = "the dev set held out of the training splits" if dev else f"{split}"
         lines.append(
-            f"model selection: metric_for_best {key} reads {read} on {on} "
-            f"(evaluation.select_on={config.evaluation.select_on})"
+            f"model selection: metric_for_best {key} reads {read} on {on} (evaluation.select_on={evaluation.select_on})"
         )
     return lines
 

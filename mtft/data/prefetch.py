@@ -10,17 +10,18 @@ from __future__ import annotations
 
 from typing import Callable
 
-from mtft.config.schema import ModelSection, RunConfig
+from mtft.config.schema import DataSection, ModelSection, RunConfig
 from mtft.data.selection import select_tasks
 from mtft.data.sources import describe_source, load_split
 from mtft.tasks.base import DatasetRef
 
 
-def dataset_refs(config: RunConfig) -> list[DatasetRef]:
-    """Every distinct split the config's run loads, in order."""
+def dataset_refs(data: DataSection, eval_split: str) -> list[DatasetRef]:
+    """Every distinct split a run of ``data`` (its tasks) and ``eval_split`` (``evaluation.split``) loads, in
+    order."""
     refs: list[DatasetRef] = []
-    for chosen in select_tasks(config):
-        for _, _, ref in chosen.refs(config.evaluation.split):
+    for chosen in select_tasks(data, eval_split):
+        for _, _, ref in chosen.refs(eval_split):
             if ref not in refs:
                 refs.append(ref)
     return refs
@@ -31,7 +32,7 @@ def prefetch(config: RunConfig, echo: Callable[[str], None] = print) -> int:
     import datasets
 
     datasets.disable_progress_bars()
-    refs = dataset_refs(config)
+    refs = dataset_refs(config.data, config.evaluation.split)
     for ref in refs:
         dataset = load_split(ref, config.data.sources, config.data.cache_dir)
         echo(f"cached {describe_source(ref, config.data.sources)}: {len(dataset)} rows")

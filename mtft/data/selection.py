@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
-from mtft.config.schema import EvaluationSection, RunConfig, TaskSelection
+from mtft.config.schema import DataSection, EvaluationSection, TaskSelection
 from mtft.core.errors import ConfigError
 from mtft.data.sources import check_local_files
 from mtft.tasks.base import DatasetRef, Task
@@ -37,7 +37,7 @@ class SelectedTask:
 
     @property
     def evaluating(self) -> bool:
-        """Selected to evaluate a finished run (``select_tasks(config, trained)``): nothing is trained."""
+        """Selected to evaluate a finished run (``select_tasks(data, eval_split, trained)``): nothing is trained."""
         return self.trained is not None
 
     def training_languages(self) -> list[str]:
@@ -65,14 +65,17 @@ class SelectedTask:
         return [(split, lang, self.task.dataset_ref(split, lang, self.protocol)) for split, lang in wanted]
 
 
-def select_tasks(config: RunConfig, trained: Optional[Mapping[str, Sequence[str]]] = None) -> list[SelectedTask]:
+def select_tasks(
+    data: DataSection, eval_split: str, trained: Optional[Mapping[str, Sequence[str]]] = None
+) -> list[SelectedTask]:
     """``data.tasks`` resolved and checked, in config order (task plug-ins of the listed tasks are imported).
 
-    ``trained``: select to evaluate a finished run, which trained each task on these languages
+    ``eval_split`` (``evaluation.split``): the split every evaluated language is scored on, which each task must
+    have. ``trained``: select to evaluate a finished run, which trained each task on these languages
     (:func:`trained_languages` of its own config); a task it did not train trains on none."""
-    available = discover_tasks(config.data.task_dirs)
+    available = discover_tasks(data.task_dirs)
     selected: dict[str, SelectedTask] = {}
-    for selection in config.data.tasks:
+    for selection in data.tasks:
         if selection.name in selected:
             raise ConfigError(f"task {selection.name!r} is listed twice in data.tasks")
         task = get_task(selection.name, available).configured(selection.settings, f"data.tasks ({selection.name})")
@@ -89,16 +92,17 @@ def select_tasks(config: RunConfig, trained: Optional[Mapping[str, Sequence[str]
         chosen = SelectedTask(task, selection, languages, protocol, ran)
         if not chosen.evaluating:  # what the run trains on; a finished run's sources are what it trained on
             _check_sources(chosen)
-        _check_evaluation_split(chosen, config.evaluation.split)
+        _check_evaluation_split(chosen, eval_split)
         selected[selection.name] = chosen
     _check_head_owners(selected)
     return list(selected.values())
 
 
-def trained_languages(run_config: RunConfig) -> dict[str, list[str]]:
-    """Each task's training languages under ``run_config``, a run's own config: what :func:`select_tasks` takes
-    as ``trained`` to evaluate that run once it is finished, on the languages of a config with other ``data.*``."""
-    return {chosen.name: chosen.training_languages() for chosen in select_tasks(run_config)}
+def trained_languages(data: DataSection, eval_split: str) -> dict[str, list[str]]:
+    """Each task's training languages under a run's own ``data`` and ``evaluation.split`` (selected and checked as
+    the run selected them): what :func:`select_tasks` takes as ``trained`` to evaluate that run once it is
+    finished, on the languages of a config with other ``data.*``."""
+    return {chosen.name: chosen.training_languages() for chosen in select_tasks(data, eval_split)}
 
 
 def _check_sources(chosen: SelectedTask) -> None:
@@ -157,25 +161,26 @@ def _check_head_owners(selected: dict[str, SelectedTask]) -> None:
             )
 
 
-def check_tasks(config: RunConfig) -> list[SelectedTask]:
+def check_tasks(data: DataSection, evaluation: EvaluationSection) -> list[SelectedTask]:
     """Everything about ``data.tasks`` that can be checked without reading rows: the tasks, languages, protocols
     and settings, ``evaluation.metric_for_best``, and that every local data file exists and is UTF-8."""
-    selected = select_tasks(config)  # imports the tasks' plug-ins
-    check_metric_for_best(config, selected)
+    selected = select_tasks(data, evaluation.split)  # imports the tasks' plug-ins
+    check_metric_for_best(data, evaluation, selected)
     for chosen in selected:
-        for _, _, ref in chosen.refs(config.evaluation.split):
-            check_local_files(ref, config.data.sources)
+        for _, _, ref in chosen.refs(evaluation.split):
+            check_local_files(ref, data.sources)
     return selected
 
 
-def check_metric_for_best(config: RunConfig, selected: list[SelectedTask]) -> None:
+def check_metric_for_best(data: DataSection, evaluation: EvaluationSection, selected: list[SelectedTask]) -> None:
     """``evaluation.metric_for_best`` is a metric of what selection scores, read on the languages of
-    ``evaluation.select_on`` (:func:`selection_metric`)."""
-    key = config.evaluation.metric_for_best
+    ``evaluation.select_on`` (:func:`selection_metric`). ``data`` is read for ``dev_split`` alone: when it is set,
+    selection scores the dev set."""
+    key = evaluation.metric_for_best
     if key is None:
         return
     # data.dev_split: selection scores the dev set, held out of the training languages' training splits only
-    dev = config.data.dev_split is not None
+    dev = data.dev_split is not None
     scored = [(c, c.training_languages() if dev else c.languages) for c in selected]
     valid = [f"{c.name}/{m}" for c, langs in scored if langs for m in c.task.metrics]
     valid += [f"{c.name}/{lang}/{m}" for c, langs in scored for lang in langs for m in c.task.metrics]
@@ -183,7 +188,7 @@ def check_metric_for_best(config: RunConfig, selected: list[SelectedTask]) -> No
         where = "of the dev set (data.dev_split)" if dev else "of this run"
         raise ConfigError(f"evaluation.metric_for_best={key!r} is not a metric {where}; valid: {', '.join(valid)}")
     selection_metric(
-        config.evaluation,
+        evaluation,
         {c.name: c.languages for c in selected},
         {c.name: c.target_languages() for c in selected},
         dev,

@@ -35,7 +35,7 @@ import torch
 from mtft.adapters import build_method
 from mtft.config.deepspeed import zero_stage
 from mtft.config.paths import cache_dir
-from mtft.config.schema import CorpusSection, ForgettingSection, ModelSection, RunConfig
+from mtft.config.schema import CorpusSection, DataSection, ForgettingSection, HeadFitSection, ModelSection, RunConfig
 from mtft.core.errors import ConfigError
 from mtft.forgetting.corpus import MlmEvalSet, build_eval_set, corpus_languages
 from mtft.forgetting.head_fit import fitted_head
@@ -92,7 +92,7 @@ def prepare_forgetting(config: RunConfig, model: ModelSection, data) -> Optional
         if cfg.retrieval.enabled
         else None
     )
-    mlm_model, lp_head = masked_lm_for_lp(config, model, data.tokenizer, languages)
+    mlm_model, lp_head = masked_lm_for_lp(model, data.tokenizer, cfg.head_fit, config.corpus, config.data, languages)
     if retrieval is not None and cfg.retrieval.layer is not None:
         layers = config.model.tiny.num_hidden_layers if mlm_model is None else mlm_model.config.num_hidden_layers
         if cfg.retrieval.layer > layers:
@@ -120,17 +120,24 @@ def check_fixed_batches(forgetting: ForgettingSection, corpus: CorpusSection, ev
             )
 
 
-def masked_lm_for_lp(config: RunConfig, model: ModelSection, tokenizer, languages) -> tuple[Optional[Any], str]:
+def masked_lm_for_lp(
+    model: ModelSection,
+    tokenizer,
+    head_fit: HeadFitSection,
+    corpus: CorpusSection,
+    data: DataSection,
+    languages,
+) -> tuple[Optional[Any], str]:
     """The backbone as a masked-LM and how its head was obtained: the checkpoint's own, fitted to θ_p when the
-    checkpoint has none (:mod:`mtft.forgetting.head_fit`), or fresh on the untrained tiny encoder."""
+    checkpoint has none (:mod:`mtft.forgetting.head_fit`: by ``head_fit``, the run's ``forgetting.head_fit``, on
+    ``corpus``'s texts, read through ``data.sources`` and cached under ``data.cache_dir``), or fresh on the
+    untrained tiny encoder."""
     if model.backbone == "tiny":
         return None, FRESH_HEAD
     mlm_model, head_missing = load_mlm_checkpoint(model.backbone, model.revision, model.trust_remote_code)
     if not head_missing:
         return mlm_model, f"the masked-LM head of the checkpoint {model.backbone}"
-    return mlm_model, fitted_head(
-        mlm_model, tokenizer, config.forgetting.head_fit, config.corpus, config.data, languages, model.backbone
-    )
+    return mlm_model, fitted_head(mlm_model, tokenizer, head_fit, corpus, data, languages, model.backbone)
 
 
 def budget_alpha(previous: float, update: float, new: float, radius_sq: float) -> float:

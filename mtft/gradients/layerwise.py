@@ -22,6 +22,17 @@ beyond the tape is at most the budget and the T × T Gram, at any T (:meth:`Laye
 backward pass of Σ_t w_t L_t (TorchJD's autogram, Quinton & Rey, 2024, Section 6) would propagate the output
 gradients through the network again; scaling the recorded ones avoids that pass (bench/lfmlf_step.py measures both).
 
+That second pass is the other way to write the update, for when memory is what counts
+(``weighting.bufferless_update: backward``, :meth:`LayerwiseGradients.form_during_backward`): no tape. The first
+backward pass keeps the graph (``retain_graph``) and each layer's products are formed, added into G and freed the
+moment its output gradient arrives; after the solve, a second backward pass of Σ_t a_t sum_t brings every layer its
+output gradient already scaled, and its product with the layer's input is the update. What the step holds beyond a
+plain step's is then one chunk of products and the T × T Gram -- for one more backward pass of time. It is exact
+when each layer's products are complete at its hook: one micro-batch per step, one process (the dense products of
+several ranks must be summed before their Gram, in the same layer order on every rank), and each trainable layer
+called once per forward pass (a second call of a layer is refused: the first call's products would have entered
+the Gram alone).
+
 Several micro-batches per step: a layer's products are summed over every micro-batch's records before they enter
 the Gram, so the cross terms between micro-batches are exact (the tape then holds every micro-batch's layer inputs
 and output gradients: the memory of the step's whole batch). Several ranks: a layer's dense products are
@@ -35,6 +46,7 @@ combination of the global batch.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Collection, Iterable, Iterator, Optional, Sequence, cast
 
@@ -225,6 +237,7 @@ class LayerwiseGradients:
         self.touched: dict[torch.Tensor, torch.Tensor] = {}
         self.peak_layer_bytes = 0  # the largest layer's products held at once, since construction
         self.workspace = Workspace(self.num_objectives, collector.dtype)
+        self.live: Optional[_LiveGram] = None  # bufferless_update: backward (form_during_backward)
         self.combine_workspace = Workspace(1, collector.dtype, reuse_dense=False)
         itemsize = torch.empty(0, dtype=collector.dtype).element_size()
         if chunk_bytes is None:
@@ -245,25 +258,84 @@ class LayerwiseGradients:
         """Start a new step: forget the tape (its tensors are freed) and the touched rows."""
         self.tape = {}
         self.touched = {}
+        self.live = None
 
     def record(self, rule: Rule, saved: Any, segments: Segments, grad: torch.Tensor, dim: int) -> None:
-        self.tape.setdefault(rule.module, []).append(_Record(rule, saved, segments, grad, dim))
+        record = _Record(rule, saved, segments, grad, dim)
+        if self.live is None:
+            self.tape.setdefault(rule.module, []).append(record)
+        elif self.live.combination is not None:
+            self._combine_record(record)
+        else:
+            self._gram_of_record(record)
+
+    # -- the Gram during the backward pass, the update by a second one (bufferless_update: backward) ---------------
+    def form_during_backward(
+        self, params: list[nn.Parameter], only_rows: OnlyRows = None, metric: Metric = None
+    ) -> None:
+        """The step's backward pass forms the Gram of ``params`` (as :meth:`gram` would) layer by layer as it goes,
+        keeping no tape; :meth:`gram` then returns it. Call :meth:`zero` first, and run the backward pass with
+        ``retain_graph=True``: the update comes from a second one, inside :meth:`combining`."""
+        if self.world_size > 1:
+            raise ValueError(
+                "the Gram formed during the backward pass needs one process (its layers' products must be summed "
+                "over the ranks before they enter the Gram)"
+            )
+        gram = torch.zeros(self.num_objectives, self.num_objectives, dtype=torch.float64)
+        self.live = _LiveGram(set(params), only_rows, metric, gram)
+
+    def _gram_of_record(self, record: _Record) -> None:
+        live = cast(_LiveGram, self.live)
+        module = record.rule.module
+        if module in live.formed:
+            raise RuntimeError(
+                f"a trainable layer ({type(module).__name__}) ran twice in one step: its products must be summed "
+                "before they enter the Gram, which forming the Gram during the backward pass cannot do (one "
+                "micro-batch per step, each layer called once); use weighting.bufferless_update=tape"
+            )
+        live.formed.add(module)
+        params = [p for p in module.parameters(recurse=False) if p in self.collector.names and p in live.shared]
+        for products in self._layer_products(params, [record]):
+            live.gram += sum(self._gram_parts(products, live.only_rows, live.metric))
+            del products
+
+    @contextlib.contextmanager
+    def combining(self) -> Iterator[None]:
+        """Around the second backward pass, of Σ_t a_t sum_t: each layer's output gradient arrives scaled, and its
+        product with the layer's input is added into the combination (:meth:`contribution` returns it)."""
+        if self.live is None:
+            raise RuntimeError("combining() follows a backward pass under form_during_backward()")
+        self.live.combination = {}
+        yield
+
+    def _combine_record(self, record: _Record) -> None:
+        combination = cast(dict, cast(_LiveGram, self.live).combination)
+        module = record.rule.module
+        products = combination.get(module)
+        if products is None:
+            products = combination[module] = self._combination_products(module)
+        everyone = [(0, slice(0, record.grad.shape[record.dim]))]
+        record.rule.products(record.saved, everyone, record.grad, products)
 
     # -- the passes over the tape ---------------------------------------------------------------------------
     def _products(self, keep: Collection[torch.Tensor]) -> Iterator[tuple[nn.Module, LayerProducts]]:
         """Every layer's per-objective products of its parameters in ``keep``, summed over the step's records, one
         layer -- or one chunk of a large layer -- at a time (in registration order on every rank; a layer this rank
         did not run yields zeros)."""
-        sparse = set(self.collector.sparse)
         for module in self.collector.modules:
             params = [p for p in module.parameters(recurse=False) if p in self.collector.names and p in keep]
-            if not params:
-                continue
-            records = self.tape.get(module, [])
-            for chunk in self._chunks(params, sparse, records):
-                out = self._pass(chunk, sparse, records)
-                self.peak_layer_bytes = max(self.peak_layer_bytes, out.nbytes)
-                yield module, out
+            for products in self._layer_products(params, self.tape.get(module, [])):
+                yield module, products
+
+    def _layer_products(self, params: Sequence[torch.Tensor], records: list[_Record]) -> Iterator[LayerProducts]:
+        """One layer's per-objective products of ``params`` from its ``records``, whole or chunk by chunk."""
+        if not params:
+            return
+        sparse = set(self.collector.sparse)
+        for chunk in self._chunks(params, sparse, records):
+            out = self._pass(chunk, sparse, records)
+            self.peak_layer_bytes = max(self.peak_layer_bytes, out.nbytes)
+            yield out
 
     def _pass(self, chunk: Chunk, sparse: set[torch.Tensor], records: list[_Record]) -> LayerProducts:
         out = LayerProducts(chunk.params, sparse, self.num_objectives, self.collector.dtype, self.workspace, chunk)
@@ -331,27 +403,40 @@ class LayerwiseGradients:
         """G_ts = g_tᵀ g_s (or g_tᵀ P g_s) over ``params``, as :meth:`PerObjectiveGradients.gram`, of the global
         batch's gradients (sums of the ranks'): each layer's dense products reduce-scattered and this rank's columns
         added into a partial Gram, all-reduced at the end; row-sparse weights over the union of touched rows."""
-        shared = set(params)
+        if self.live is not None:  # formed during the backward pass
+            return self.live.gram.clone()
         partial = torch.zeros(self.num_objectives, self.num_objectives, dtype=torch.float64)
         whole = torch.zeros_like(partial)  # the row-sparse weights': the same on every rank
-        for _, products in self._products(shared):
-            dense = [p for p in products.params if p not in products.sparse]
-            if dense:
-                partial += self._dense_gram(products, dense, metric)
-            for p, buffer in products.sparse.items():
-                keep = None if only_rows is None else only_rows.get(cast(nn.Parameter, p))
-                if keep is None and self.world_size == 1:  # all the touched rows, in slot order (no copy)
-                    rows, block = buffer.used()
-                else:
-                    rows = self._reduced_rows(buffer)
-                    if keep is not None:
-                        rows = rows[torch.isin(rows, keep.to(rows.device))]
-                    block = buffer.block(rows)
-                whole += gram_of_blocks([(block, None if metric is None else metric[p][rows])], self.num_objectives)
+        for _, products in self._products(set(params)):
+            dense_part, sparse_part = self._gram_parts(products, only_rows, metric)
+            partial += dense_part
+            whole += sparse_part
             del products
         if self.world_size > 1:
             torch.distributed.all_reduce(partial)
         return partial + whole
+
+    def _gram_parts(
+        self, products: LayerProducts, only_rows: OnlyRows, metric: Metric
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One layer's (or chunk's) part of the Gram: its dense parameters' (this rank's columns of the reduced
+        products, all-reduced by the caller) and its row-sparse ones' (already the global batch's)."""
+        partial = torch.zeros(self.num_objectives, self.num_objectives, dtype=torch.float64)
+        whole = torch.zeros_like(partial)
+        dense = [p for p in products.params if p not in products.sparse]
+        if dense:
+            partial += self._dense_gram(products, dense, metric)
+        for p, buffer in products.sparse.items():
+            keep = None if only_rows is None else only_rows.get(cast(nn.Parameter, p))
+            if keep is None and self.world_size == 1:  # all the touched rows, in slot order (no copy)
+                rows, block = buffer.used()
+            else:
+                rows = self._reduced_rows(buffer)
+                if keep is not None:
+                    rows = rows[torch.isin(rows, keep.to(rows.device))]
+                block = buffer.block(rows)
+            whole += gram_of_blocks([(block, None if metric is None else metric[p][rows])], self.num_objectives)
+        return partial, whole
 
     def _dense_gram(self, products: LayerProducts, dense: list[torch.Tensor], metric: Metric) -> torch.Tensor:
         blocks = [products.of(p).reshape(self.num_objectives, -1) for p in dense]
@@ -390,23 +475,32 @@ class LayerwiseGradients:
         product of its input with the row-scaled output gradient, over this rank's rows, × N -- the engine averages
         over the ranks, so the average is the global combination. Every trainable parameter gets a tensor (zeros
         where no row of this rank reached it)."""
-        weights = weights.to(self.collector.dtype)
         out: dict[torch.Tensor, torch.Tensor] = {}
-        sparse = set(self.collector.sparse)
+        if self.live is not None:  # written by the second backward pass, of the weighted losses
+            if self.live.combination is None:
+                raise RuntimeError(
+                    "under form_during_backward() the combination comes from a backward pass in combining()"
+                )
+            for module in self.collector.modules:
+                products = self.live.combination.get(module)
+                if products is None:  # no row reached it
+                    products = self._combination_products(module)
+                out.update(_combined_values(products, self.world_size))
+            self.live.combination = None
+            return out
+        weights = weights.to(self.collector.dtype)
         for module in self.collector.modules:
-            params = [p for p in module.parameters(recurse=False) if p in self.collector.names]
-            products = LayerProducts(params, sparse, 1, self.collector.dtype, self.combine_workspace)
+            products = self._combination_products(module)
             for record in self.tape.get(module, []):
                 grad = _scaled(record, weights)
                 everyone = [(0, slice(0, grad.shape[record.dim]))]
                 record.rule.products(record.saved, everyone, grad, products)
-            for p in params:
-                if p in products.sparse:
-                    value = products.sparse[p].full()[0]
-                else:
-                    value = products.of(p)[0]
-                out[p] = value * self.world_size if self.world_size > 1 else value
+            out.update(_combined_values(products, self.world_size))
         return out
+
+    def _combination_products(self, module: nn.Module) -> LayerProducts:
+        params = [p for p in module.parameters(recurse=False) if p in self.collector.names]
+        return LayerProducts(params, set(self.collector.sparse), 1, self.collector.dtype, self.combine_workspace)
 
     def combine(self, weights: torch.Tensor) -> dict[torch.Tensor, torch.Tensor]:
         """Σ_t weights_t g_t of the global batch on every rank (the engine's averaging of :meth:`contribution`, done
@@ -421,6 +515,8 @@ class LayerwiseGradients:
     def dot(self, vectors: dict[torch.Tensor, torch.Tensor]) -> torch.Tensor:
         """(g_tᵀ v)_t in float64 for a vector given per parameter, as :meth:`PerObjectiveGradients.dot`: the
         products formed again layer by layer, this rank's rows, summed over the ranks (the dot is linear)."""
+        if self.live is not None:
+            raise RuntimeError("dot products need the tape, which form_during_backward() does not keep")
         out = torch.zeros(self.num_objectives, dtype=torch.float64)
         for _, products in self._products(set(vectors)):
             for p in products.params:
@@ -445,3 +541,27 @@ def _scaled(record: _Record, weights: torch.Tensor) -> torch.Tensor:
     shape = [1] * record.grad.dim()
     shape[record.dim] = rows
     return record.grad * scale.view(shape).to(record.grad.dtype)
+
+
+@dataclass
+class _LiveGram:
+    """The Gram being formed during the backward pass (:meth:`LayerwiseGradients.form_during_backward`): its
+    parameters and options, the sum so far, the layers already in it; then the combination the second backward pass
+    writes, per layer."""
+
+    shared: set[torch.Tensor]
+    only_rows: OnlyRows
+    metric: Metric
+    gram: torch.Tensor
+    formed: set[nn.Module] = field(default_factory=set)
+    combination: Optional[dict[nn.Module, LayerProducts]] = None
+
+
+def _combined_values(products: LayerProducts, world_size: int) -> dict[torch.Tensor, torch.Tensor]:
+    """A layer's combination per parameter (zeros where nothing was written), × N on several ranks (the engine
+    averages over them)."""
+    out = {}
+    for p in products.params:
+        value = products.sparse[p].full()[0] if p in products.sparse else products.of(p)[0]
+        out[p] = value * world_size if world_size > 1 else value
+    return out

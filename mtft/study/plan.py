@@ -173,7 +173,7 @@ def _check_once(config: RunConfig, where: str, checked: set[str]) -> None:
     if key in checked:
         return
     try:
-        check_tasks(config)
+        check_tasks(config.data, config.evaluation)
         check_backbone(config.model)
     except UserError as error:
         raise ConfigError(f"{where}: {error}") from None

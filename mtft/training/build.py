@@ -155,6 +155,7 @@ def _build_step(config: RunConfig, engine, weighting: Weighting, shared, num_obj
     tokens = training.micro_batch_size * config.data.max_length * training.gradient_accumulation_steps
     choice = _buffer_choice(cfg, tokens, engine, num_objectives, world)
     logger.info(f"{cfg.method}: per-objective gradients {choice.why}")
+    second_backward = choice.mode == "none" and cfg.bufferless_update == "backward"  # one process: preflight
     step = GramWeightedStep(
         engine,
         weighting,
@@ -168,12 +169,19 @@ def _build_step(config: RunConfig, engine, weighting: Weighting, shared, num_obj
         buffer_dtype=torch.bfloat16 if choice.mode == "bfloat16" else None,
         bufferless=choice.mode == "none",
         chunk_bytes=None if cfg.bufferless_chunk_mb is None else int(cfg.bufferless_chunk_mb * 2**20),
+        second_backward=second_backward,
     )
     if step.layerwise is not None:
         given = cfg.bufferless_chunk_mb
         source = f"weighting.bufferless_chunk_mb={given:g}" if given is not None else "the default"
         budget = describe_bytes(step.layerwise.chunk_bytes)
         logger.info(f"{cfg.method}: a layer's products formed in chunks of at most {budget} ({source})")
+        update = (
+            "the Gram formed during the backward pass, the update by a second backward pass of the weighted losses"
+            if second_backward
+            else "the update from a tape of the backward pass"
+        )
+        logger.info(f"{cfg.method}: {update} (weighting.bufferless_update={cfg.bufferless_update})")
     return step
 
 

@@ -82,6 +82,7 @@ class GramWeightedStep:
         buffer_dtype: Optional[torch.dtype] = None,
         bufferless: bool = False,
         chunk_bytes: Optional[int] = None,
+        second_backward: bool = False,
     ):
         """``shared``: the parameters of the Gram (None for a weighting that reads none); ``metric``: form the
         Gram in the optimizer's metric; ``descent_check``: measure g_tᵀΔθ of the applied update;
@@ -90,7 +91,18 @@ class GramWeightedStep:
         ``buffer_dtype``: of the per-objective gradient buffers (None: the parameters', float32 at least);
         ``bufferless``: no T × P buffers -- the Gram and the update formed layer by layer from a tape of the backward
         pass (:mod:`mtft.gradients.layerwise`; ``weighting.gradient_buffers: none``); ``chunk_bytes``: the most one
-        layer's products may hold at once there (None: :class:`~mtft.gradients.LayerwiseGradients`' default)."""
+        layer's products may hold at once there (None: :class:`~mtft.gradients.LayerwiseGradients`' default);
+        ``second_backward``: bufferless with no tape -- the Gram formed during the backward pass, the update by a second
+        backward pass of the weighted losses (``weighting.bufferless_update: backward``; one process, one micro-batch a
+        step, no descent check)."""
+        if second_backward and not bufferless:
+            raise ValueError("second_backward is a way of the bufferless step (bufferless=True)")
+        if second_backward and (descent_check or world_size > 1):
+            raise ValueError(
+                "weighting.bufferless_update=backward keeps no tape: it cannot re-form the products for "
+                "weighting.descent_check, nor sum several processes' products before the Gram; use "
+                "weighting.bufferless_update=tape"
+            )
         self.engine = engine
         self.weighting = weighting
         self.num_objectives = num_objectives
@@ -103,6 +115,7 @@ class GramWeightedStep:
         rank = torch.distributed.get_rank() if world_size > 1 else 0
         self.sharded = ShardedGradients(self.collector, rank, world_size) if sharding else None
         self.layerwise = LayerwiseGradients(self.collector, rank, world_size, chunk_bytes) if bufferless else None
+        self.second_backward = second_backward
         self.shared = shared
         self.shared_rows = shared_rows
         self.cosine_every = cosine_every
@@ -129,10 +142,23 @@ class GramWeightedStep:
             self.sharded.zero()
         if self.layerwise is not None:
             self.layerwise.zero()
+        extras: dict[str, float] = {}
+        diagonal = None
+        if self.weighting.needs_gram and self.metric is not None:
+            diagonal = self.metric.diagonal(self.shared)  # the optimizer's state before this step's update
+            extras["metric_preconditioned"] = float(diagonal is not None)
+        if self.second_backward:
+            self.layerwise.form_during_backward(self.shared or [], self.shared_rows, diagonal)
         sums = torch.zeros(self.num_objectives, dtype=torch.float64)
         counts = torch.zeros(self.num_objectives, dtype=torch.float64)
         examples = 0
+        graph = None  # second_backward: the micro-batch's loss sums, their graph kept for the update
         for batch in micro_batches:
+            if graph is not None:
+                raise ValueError(
+                    "weighting.bufferless_update=backward forms the Gram during the backward pass, exact for one "
+                    "micro-batch a step; set training.gradient_accumulation_steps=1 or weighting.bufferless_update=tape"
+                )
             order = torch.argsort(batch["objective_index"], stable=True)  # contiguous rows per objective
             batch = {k: v[order].to(self.engine.device) for k, v in batch.items()}
             with self._per_objective_pass():
@@ -142,7 +168,9 @@ class GramWeightedStep:
                     if self.sharded is not None:  # each layer's gradients reduce-scattered as the pass completes it
                         self.sharded.backward(batch_sums.sum(), batch_counts)
                     else:
-                        batch_sums.sum().backward()
+                        batch_sums.sum().backward(retain_graph=self.second_backward)
+            if self.second_backward:
+                graph = batch_sums
             sums += batch_sums.detach().double().cpu()
             counts += batch_counts.detach().double().cpu()
             examples += batch["input_ids"].shape[0] * self.world_size
@@ -155,15 +183,12 @@ class GramWeightedStep:
         # Gram (D G D) and the combination weights instead of a pass over the T × P buffers.
         scale = torch.where(present, 1.0 / counts.clamp(min=1), 0.0)
         losses = torch.where(present, sums / counts.clamp(min=1), torch.nan)
-        extras: dict[str, float] = {"backward_s": backward_seconds, **drain_regularisers(self.module)}
+        extras.update({"backward_s": backward_seconds, **drain_regularisers(self.module)})
         if self.sharded is not None:  # the ranks the per-objective gradients were sharded over
             extras["gram_shards"] = float(self.world_size)
         gram, sub = None, None
         if self.weighting.needs_gram:
             assert self.shared is not None
-            diagonal = self.metric.diagonal(self.shared) if self.metric is not None else None
-            if self.metric is not None:
-                extras["metric_preconditioned"] = float(diagonal is not None)
             gram_start = time.perf_counter()
             gram = gradients.gram(self.shared, self.shared_rows, diagonal) * scale[:, None] * scale[None, :]
             extras["gram_s"] = time.perf_counter() - gram_start
@@ -187,6 +212,9 @@ class GramWeightedStep:
         # what the engine's own averaging over the ranks turns into Σ_t w_t g_t (sharded: N x this rank's part,
         # zeros elsewhere -- no all-gather; bit-exact for N a power of two, round-off otherwise)
         update_start = time.perf_counter()
+        if graph is not None:
+            self._backward_of_weighted_losses(graph, weights * scale)
+            del graph
         combined = gradients.contribution(weights * scale)
         extras["combine_s"] = time.perf_counter() - update_start
         before = None
@@ -220,6 +248,13 @@ class GramWeightedStep:
         return StepResult(
             losses, counts, weights, loss, examples, extras, first_order, weighting_row=True, cosines=cosines
         )
+
+    def _backward_of_weighted_losses(self, graph: torch.Tensor, scaled: torch.Tensor) -> None:
+        """The second backward pass of ``bufferless_update: backward``: of Σ_t a_t sum_t over the kept graph (a_t =
+        w_t / count_t), whose output gradients the layers' hooks turn into the update (and which frees the graph)."""
+        assert self.layerwise is not None
+        with self._per_objective_pass(), self.layerwise.combining(), self.collector.replaying():
+            (graph * scaled.to(graph.device, graph.dtype)).sum().backward()
 
     def _reduced(self) -> PerObjectiveGradients | ShardedGradients | LayerwiseGradients:
         """After the step's backward passes: the per-objective gradients of the global batch, ready to read."""

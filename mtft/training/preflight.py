@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from mtft.config.deepspeed import check_forgetting
-from mtft.config.schema import RunConfig
+from mtft.config.deepspeed import check_forgetting, zero_stage
+from mtft.config.schema import RunConfig, WeightingSection
 from mtft.core.errors import CheckpointError, ConfigError
 from mtft.data.selection import check_tasks
 from mtft.forgetting.corpus import check_corpus_files
@@ -27,11 +27,14 @@ from mtft.training.setup import check_mhloss, check_output_dir
 
 def preflight(config: RunConfig) -> Optional[Path]:
     """Check a fine-tuning run (``run.stage: finetune``) and return the checkpoint to resume from (None: step 0)."""
-    deepspeed_config(config, int(os.environ.get("WORLD_SIZE", 1)))  # the DeepSpeed JSON and the precision
+    world_size = int(os.environ.get("WORLD_SIZE", 1))
+    deepspeed_config(config, world_size)  # the DeepSpeed JSON and the precision
+    check_bufferless_update(config.weighting, world_size, zero_stage(config))
     resume_from = check_output_dir(config)
     if resume_from is not None:
-        check_world_size(resume_from, int(os.environ.get("WORLD_SIZE", 1)))
-    selected = check_tasks(config)  # tasks, languages, protocols, settings, metric_for_best, local data files
+        check_world_size(resume_from, world_size)
+    # tasks, languages, protocols, settings, metric_for_best, local data files
+    selected = check_tasks(config.data, config.evaluation)
     check_mhloss(config.stability.heads, {chosen.name: chosen.task.head for chosen in selected})
     check_backbone(config.model)
     if config.stability.mmr > 0 and not any(head_class(chosen.task.head).classifies for chosen in selected):
@@ -49,6 +52,26 @@ def preflight(config: RunConfig) -> Optional[Path]:
             retrieval = config.forgetting.retrieval
             check_bitext_files(retrieval, config.corpus, config.data, retrieval_pairs(retrieval, languages))
     return resume_from
+
+
+def check_bufferless_update(weighting: WeightingSection, world_size: int, stage: int) -> None:
+    """``bufferless_update: backward`` forms each layer's part of the Gram at its hook, before several processes'
+    products could be summed, and runs a second backward pass over the same graph, for which ZeRO-3 does not gather
+    the parameters it released after the first: one process, ZeRO 0-2 (whenever the bufferless step may be chosen:
+    ``none``, or ``auto``)."""
+    if weighting.bufferless_update != "backward" or weighting.gradient_buffers not in ("none", "auto"):
+        return
+    if world_size > 1:
+        raise ConfigError(
+            f"weighting.bufferless_update=backward runs on one process ({world_size} launched): the products of "
+            "several processes must be summed before they enter the Gram; use weighting.bufferless_update=tape"
+        )
+    if stage == 3:
+        raise ConfigError(
+            "weighting.bufferless_update=backward runs a second backward pass over the first one's graph, and ZeRO-3 "
+            "does not gather the parameters it released after the first; use ZeRO stage 0-2 or "
+            "weighting.bufferless_update=tape"
+        )
 
 
 def check_world_size(checkpoint: Path, world_size: int) -> None:

@@ -228,7 +228,11 @@ def quiet_progress() -> None:
 
 # ------------------------------------------------------------------------------------------------------
 def task_languages(config: RunConfig) -> list[str]:
-    return list(dict.fromkeys(lang for chosen in select_tasks(config) for lang in chosen.languages))
+    return list(
+        dict.fromkeys(
+            lang for chosen in select_tasks(config.data, config.evaluation.split) for lang in chosen.languages
+        )
+    )
 
 
 def prelude_key(config: RunConfig, languages: list[str], texts: Sequence[str] = (), world_size: int = 1) -> str:
@@ -277,7 +281,9 @@ def pretrained_backbone(config: RunConfig, proc: ProcessInfo) -> ModelSection:
 def tiny_task_texts(config: RunConfig) -> list[str]:
     """The tasks' texts for a tiny backbone's tokenizer (``pretrain.vocabulary: corpus+tasks``), else nothing."""
     return (
-        task_texts(config) if config.model.backbone == "tiny" and config.pretrain.vocabulary == "corpus+tasks" else []
+        task_texts(config.data, config.evaluation.split)
+        if config.model.backbone == "tiny" and config.pretrain.vocabulary == "corpus+tasks"
+        else []
     )
 
 

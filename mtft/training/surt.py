@@ -74,7 +74,7 @@ def surt_backbone(config: RunConfig, model: ModelSection, proc: ProcessInfo) -> 
         return model
     quiet_progress()
     config = config.model_copy(update={"model": model})  # the masked-LM stage trains this backbone
-    texts = task_training_texts(config)
+    texts = task_training_texts(config.data, config.evaluation.split)
     folder = cache_dir(config.data) / "surt" / surt_key(config, texts, proc.world_size)
     from_cache_or_fill(folder, proc, "SURT: re-trained backbone", lambda: _retrain_into(config, texts, folder, proc))
     return model.model_copy(update={"backbone": str(folder), "revision": None})

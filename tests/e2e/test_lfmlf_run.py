@@ -76,9 +76,11 @@ def zero_runs(request, tmp_path_factory) -> dict[str, Path]:
     result = run_torchrun("--config", BASE_CONFIG, *lfmlf_run(out, 2, micro=8, **method))
     assert result.returncode == 0, result.stderr[-5000:]
     runs["two"] = out
-    # the bufferless step (chosen by auto: the budget is far below the buffers), with activation checkpointing
+    # the bufferless step (chosen by auto: the budget is far below the buffers), with activation checkpointing; for
+    # full fine-tuning with no tape (the Gram during the backward pass, the update by a second one)
     out = base / "bufferless"
-    result = run_cli("--config", BASE_CONFIG, *lfmlf_run(out, 2, micro=16, **method, **BUFFERLESS))
+    update = {"weighting.bufferless_update": UPDATES[request.param]}
+    result = run_cli("--config", BASE_CONFIG, *lfmlf_run(out, 2, micro=16, **method, **BUFFERLESS, **update))
     assert result.returncode == 0, result.stderr[-3000:]
     runs["bufferless"] = out
     if request.param == "multi_lora":  # and on two processes (its Gram reduce-scattered layer by layer)
@@ -89,6 +91,7 @@ def zero_runs(request, tmp_path_factory) -> dict[str, Path]:
     return runs
 
 
+UPDATES = {"multi_lora": "tape", "full": "backward"}  # weighting.bufferless_update of each method's bufferless run
 BUFFERLESS = {
     "weighting.gradient_buffers": "auto",
     "weighting.gradient_buffers_budget_gb": 1e-6,
@@ -134,13 +137,21 @@ def test_zero_stages_give_the_same_training(zero_runs, stage):
 def test_the_bufferless_step_trains_as_the_buffered_one(zero_runs):
     """weighting.gradient_buffers=auto chose the bufferless step (the log says why) and, with activation
     checkpointing and its layers formed in chunks of weighting.bufferless_chunk_mb, on one process (and two, for
-    Multi-LoRA) it gives the buffered step's weights to float32 round-off."""
+    Multi-LoRA) it gives the buffered step's weights to float32 round-off -- from a tape (Multi-LoRA), and with the
+    Gram formed during the backward pass and the update by a second one (full fine-tuning)."""
     runs = [run for run in ("bufferless", "two_bufferless") if run in zero_runs]
     assert "bufferless" in runs
     for run in runs:
         log = (zero_runs[run] / "train.log").read_text()
         assert "per-objective gradients bufferless: auto (" in log and "exceed the budget" in log
         assert "products formed in chunks of at most 51.2 KiB (weighting.bufferless_chunk_mb=0.05)" in log
+        method = zero_runs[run].parent.name.split("-")[1].rstrip("0123456789")  # lfmlf-<method><n>
+        update = UPDATES[method]
+        assert {
+            "tape": "lfmlf: the update from a tape of the backward pass (weighting.bufferless_update=tape)",
+            "backward": "lfmlf: the Gram formed during the backward pass, the update by a second backward pass of "
+            "the weighted losses (weighting.bufferless_update=backward)",
+        }[update] in log, run
         reference, other = weighting_events(zero_runs["zero2"]), weighting_events(zero_runs[run])
         assert len(reference) == len(other) == STEPS and not any("gram_shards" in e for e in other)
         for a, b in zip(reference, other):

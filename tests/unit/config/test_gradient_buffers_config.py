@@ -1,4 +1,6 @@
-"""weighting.gradient_buffers: full by default, bfloat16 on request, anything else refused in one line."""
+"""weighting.gradient_buffers: full by default, bfloat16 on request, anything else refused in one line; the
+bufferless step's update from a tape by default, by a second backward pass on request, refused where it cannot be
+exact."""
 
 from __future__ import annotations
 
@@ -23,3 +25,26 @@ def test_another_precision_is_refused_in_one_line():
         load("weighting.gradient_buffers=float16")
     message = str(info.value).strip()
     assert "\n" not in message and "gradient_buffers" in message and "bfloat16" in message
+
+
+def test_the_bufferless_update_is_a_tape_by_default_and_a_second_backward_on_request():
+    assert load().weighting.bufferless_update == "tape"
+    second = load("weighting.gradient_buffers=none", "weighting.bufferless_update=backward")
+    assert second.weighting.bufferless_update == "backward"
+    # with buffers the setting has nothing to do, whatever the rest
+    load("weighting.bufferless_update=backward", "training.gradient_accumulation_steps=2")
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("training.gradient_accumulation_steps=2", "exact for one micro-batch a step"),
+        ("weighting.descent_check=true", "re-forms the per-objective products after the step"),
+    ],
+)
+def test_the_second_backward_refuses_what_it_cannot_form_exactly(override, message):
+    for buffers in ("none", "auto"):
+        with pytest.raises(ConfigError) as info:
+            load(f"weighting.gradient_buffers={buffers}", "weighting.bufferless_update=backward", override)
+        text = str(info.value).strip()
+        assert "\n" not in text and message in text and "use weighting.bufferless_update=tape" in text

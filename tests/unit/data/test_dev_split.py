@@ -51,24 +51,24 @@ def test_the_dev_set_is_what_a_dev_evaluation_scores():
 def test_metric_for_best_must_be_a_metric_of_the_dev_set():
     zero_shot = {**XNLI, "languages": ["en", "de"], "protocol": "zero_shot"}
     config = make_config(tasks=[zero_shot], dev_split=0.1)
-    selected = select_tasks(config)
+    selected = select_tasks(config.data, config.evaluation.split)
 
     def with_metric(key: str):
-        return config.model_copy(update={"evaluation": config.evaluation.model_copy(update={"metric_for_best": key})})
+        return config.evaluation.model_copy(update={"metric_for_best": key})
 
     for good in ("xnli/accuracy", "xnli/en/accuracy"):
-        check_metric_for_best(with_metric(good), selected)
+        check_metric_for_best(config.data, with_metric(good), selected)
     with pytest.raises(ConfigError, match="not a metric of the dev set"):  # de is evaluated, never trained on
-        check_metric_for_best(with_metric("xnli/de/accuracy"), selected)
+        check_metric_for_best(config.data, with_metric("xnli/de/accuracy"), selected)
     whole = make_config(tasks=[zero_shot])
+    selected = select_tasks(whole.data, whole.evaluation.split)
 
     def on_de(select_on: str):
-        update = {"metric_for_best": "xnli/de/accuracy", "select_on": select_on}
-        return whole.model_copy(update={"evaluation": whole.evaluation.model_copy(update=update)})
+        return whole.evaluation.model_copy(update={"metric_for_best": "xnli/de/accuracy", "select_on": select_on})
 
-    check_metric_for_best(on_de("target"), select_tasks(whole))  # without the dev set: a target, when asked for
+    check_metric_for_best(whole.data, on_de("target"), selected)  # without the dev set: a target, when asked for
     with pytest.raises(ConfigError, match="'de', a target language"):
-        check_metric_for_best(on_de("source"), select_tasks(whole))
+        check_metric_for_best(whole.data, on_de("source"), selected)
 
 
 def test_too_few_examples_to_split_is_one_data_error():

@@ -26,16 +26,17 @@ def evaluated(languages: list[str]):
 
 
 def test_a_runs_trained_languages_are_its_own_configs_sources():
-    assert trained_languages(make_config(tasks=[XNLI])) == TRAINED
-    assert trained_languages(make_config(tasks=[{**XNLI, "source_languages": None, "protocol": "zero_shot"}])) == {
-        "xnli": ["en"]
-    }
+    run = make_config(tasks=[XNLI])
+    assert trained_languages(run.data, run.evaluation.split) == TRAINED
+    run = make_config(tasks=[{**XNLI, "source_languages": None, "protocol": "zero_shot"}])
+    assert trained_languages(run.data, run.evaluation.split) == {"xnli": ["en"]}
 
 
 def test_evaluation_may_drop_a_source_that_training_must_evaluate():
+    config = evaluated(["en", "sw"])
     with pytest.raises(ConfigError, match=r"source language\(s\) de not in its languages \[en, sw\]"):
-        select_tasks(evaluated(["en", "sw"]))  # a run that trains: refused as before
-    (chosen,) = select_tasks(evaluated(["en", "sw"]), TRAINED)
+        select_tasks(config.data, config.evaluation.split)  # a run that trains: refused as before
+    (chosen,) = select_tasks(config.data, config.evaluation.split, TRAINED)
     assert chosen.evaluating and chosen.target_languages() == ["sw"]  # en a source, sw a target
     assert [(split, lang) for split, lang, _ in chosen.refs("validation")] == [
         ("validation", "en"),
@@ -44,15 +45,18 @@ def test_evaluation_may_drop_a_source_that_training_must_evaluate():
 
 
 def test_evaluating_no_trained_language_makes_every_language_a_target():
-    (chosen,) = select_tasks(evaluated(["ar", "sw"]), TRAINED)
+    config = evaluated(["ar", "sw"])
+    (chosen,) = select_tasks(config.data, config.evaluation.split, TRAINED)
     assert chosen.target_languages() == ["ar", "sw"]
-    (chosen,) = select_tasks(evaluated(["ar", "sw"]), {})  # a task the run did not train: no sources either
+    # a task the run did not train: no sources either
+    (chosen,) = select_tasks(config.data, config.evaluation.split, {})
     assert chosen.target_languages() == ["ar", "sw"]
 
 
 def test_evaluation_still_refuses_what_concerns_evaluation():
+    config = evaluated(["en", "xx"])
     with pytest.raises(ConfigError, match="has no language"):
-        select_tasks(evaluated(["en", "xx"]), TRAINED)
+        select_tasks(config.data, config.evaluation.split, TRAINED)
 
 
 def test_prepared_for_evaluation_nothing_is_trained_and_the_baseline_reads_the_runs_training_labels():

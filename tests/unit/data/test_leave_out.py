@@ -60,8 +60,10 @@ def test_leave_out_applies_after_the_dev_split():
 
 
 def test_surt_text_leaves_the_removed_examples_out():
-    texts = task_training_texts(make_config(tasks=[{**XNLI, "languages": ["en"]}], leave_out={"count": 3}))
-    whole = task_training_texts(make_config(tasks=[{**XNLI, "languages": ["en"]}]))
+    removed = make_config(tasks=[{**XNLI, "languages": ["en"]}], leave_out={"count": 3})
+    texts = task_training_texts(removed.data, removed.evaluation.split)
+    config = make_config(tasks=[{**XNLI, "languages": ["en"]}])
+    whole = task_training_texts(config.data, config.evaluation.split)
     assert len(texts) == len(whole) - 3 * 2  # premise and hypothesis of each removed example
 
 

@@ -38,7 +38,8 @@ def config_with(task: dict | None = None, **evaluation):
 
 
 def test_sources_train_and_every_language_is_evaluated():
-    (chosen,) = select_tasks(config_with())
+    config = config_with()
+    (chosen,) = select_tasks(config.data, config.evaluation.split)
     assert (chosen.training_languages(), chosen.target_languages()) == (SOURCES, TARGETS)
     assert [(split, lang) for split, lang, _ in chosen.refs("validation")] == [
         *[("train", lang) for lang in SOURCES],
@@ -51,7 +52,8 @@ def test_sources_train_and_every_language_is_evaluated():
     [("zero_shot", ["en"], ["de", "ar", "zh"]), ("in_language", LANGUAGES, [])],
 )
 def test_without_source_languages_the_protocol_decides_as_before(protocol, sources, targets):
-    (chosen,) = select_tasks(config_with({**XNLI, "source_languages": None, "protocol": protocol}))
+    config = config_with({**XNLI, "source_languages": None, "protocol": protocol})
+    (chosen,) = select_tasks(config.data, config.evaluation.split)
     assert (chosen.training_languages(), chosen.target_languages()) == (sources, targets)
 
 
@@ -95,8 +97,9 @@ def test_the_sampler_never_draws_a_target_row(prepared):
     ],
 )
 def test_bad_sources_are_one_config_error(change, message):
+    config = config_with({**XNLI, **change})
     with pytest.raises(ConfigError) as error:
-        select_tasks(config_with({**XNLI, **change}))
+        select_tasks(config.data, config.evaluation.split)
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
@@ -112,7 +115,7 @@ def test_a_target_without_the_evaluation_split_is_refused():
     tydiqa = {"name": "tydiqa", "languages": ["en", "sw"], "source_languages": ["en"]}
     config = validate_config({"data": {"tasks": [tydiqa]}, "evaluation": {"split": "test"}}, source="test")
     with pytest.raises(ConfigError, match=r"task 'tydiqa' has no 'test' split to evaluate its target language\(s\) sw"):
-        select_tasks(config)
+        select_tasks(config.data, config.evaluation.split)
 
 
 def evaluation(key: str, select_on: str = "source") -> EvaluationSection:
@@ -150,9 +153,11 @@ def test_selection_on_targets_must_be_asked_for(key, select_on, extra, message):
 
 
 def test_the_preflight_refuses_a_target_metric_for_best():
+    on_source = config_with(metric_for_best="xnli/zh/accuracy")
     with pytest.raises(ConfigError, match="a target language of task 'xnli'"):
-        check_tasks(config_with(metric_for_best="xnli/zh/accuracy"))
-    check_tasks(config_with(metric_for_best="xnli/zh/accuracy", select_on="target"))
+        check_tasks(on_source.data, on_source.evaluation)
+    on_target = config_with(metric_for_best="xnli/zh/accuracy", select_on="target")
+    check_tasks(on_target.data, on_target.evaluation)
 
 
 def scored(targets: list[str], dev: bool = False) -> dict[str, float]:

@@ -21,9 +21,9 @@ def config(max_train: int = 12):
 
 def test_the_texts_are_the_training_splits_text_columns_and_nothing_else():
     cfg = config()
-    task = select_tasks(cfg)[0].task
+    task = select_tasks(cfg.data, cfg.evaluation.split)[0].task
     assert list(task.text_columns) == ["premise", "hypothesis"]
-    texts = task_training_texts(cfg)
+    texts = task_training_texts(cfg.data, cfg.evaluation.split)
     expected, labels = [], set()
     for lang in ["en", "de"]:
         train, _ = load_task_split(task, "train", lang, "in_language", SOURCES, None, 12)
@@ -36,4 +36,5 @@ def test_the_texts_are_the_training_splits_text_columns_and_nothing_else():
 
 
 def test_more_training_rows_give_more_text():
-    assert len(task_training_texts(config(20))) == 2 * 2 * 20
+    cfg = config(20)
+    assert len(task_training_texts(cfg.data, cfg.evaluation.split)) == 2 * 2 * 20

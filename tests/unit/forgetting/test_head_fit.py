@@ -128,11 +128,11 @@ def test_the_monitors_take_the_checkpoints_head_or_fit_one(bert, tmp_path, mtft_
     folder, tokenizer = bert
     with_head = tiny_bert(tmp_path / "mlm", tokenizer, masked_lm=True)
     config = config_for(tmp_path, with_head)
-    mlm, how = masked_lm_for_lp(config, config.model, tokenizer, LANGUAGES)
+    mlm, how = masked_lm_for_lp(config.model, tokenizer, *_sections(config), LANGUAGES)
     assert how == f"the masked-LM head of the checkpoint {with_head}"
     assert not (tmp_path / "cache" / "mlm_heads").exists()
 
     config = config_for(tmp_path, folder)
-    mlm, how = masked_lm_for_lp(config, config.model, tokenizer, LANGUAGES)
+    mlm, how = masked_lm_for_lp(config.model, tokenizer, *_sections(config), LANGUAGES)
     assert "fitted to θ_p" in how
     assert [r for r in mtft_log if r.levelno >= logging.WARNING] == []

@@ -18,23 +18,31 @@ from tests.unit.gradients.test_layerwise import MODELS, Fixed
 HALVES = [{k: v[:4] for k, v in MIXED.items()}, {k: v[4:] for k, v in MIXED.items()}]
 
 
-def gram_step(make, tmp_path, checkpointing: bool, bufferless: bool):
+def gram_step(make, tmp_path, checkpointing: bool, bufferless: bool, second_backward: bool = False):
     model, tok = make(tmp_path)
     model = model.double().train()
     if checkpointing:
         enable_checkpointing(model.encoder)
     params = [p for p in model.parameters() if p.requires_grad]
     weighting = Fixed([0.5, 0.2, 0.3])
-    step = GramWeightedStep(FakeEngine(model), weighting, 3, 1, shared=params, bufferless=bufferless)
-    result = step([make_batch(tok, **rows) for rows in HALVES])
+    step = GramWeightedStep(
+        FakeEngine(model), weighting, 3, 1, shared=params, bufferless=bufferless, second_backward=second_backward
+    )
+    micro_batches = [MIXED] if second_backward else HALVES  # the second backward pass: one micro-batch a step
+    result = step([make_batch(tok, **rows) for rows in micro_batches])
     return weighting.seen, [p.grad.clone() for p in params], step, result
 
 
+MODES = {"buffered": (False, False), "bufferless": (True, False), "second_backward": (True, True)}
+
+
 @pytest.mark.parametrize("kind", ["full", "lora", "multi_lora"])
-@pytest.mark.parametrize("bufferless", [False, True], ids=["buffered", "bufferless"])
-def test_the_same_gram_and_update_with_checkpointing(tmp_path, kind, bufferless):
-    gram, update, _, plain = gram_step(MODELS[kind], tmp_path / "a", False, bufferless)
-    gram_c, update_c, step, result = gram_step(MODELS[kind], tmp_path / "b", True, bufferless)
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_the_same_gram_and_update_with_checkpointing(tmp_path, kind, mode):
+    """With the second backward pass (bufferless_update: backward) the checkpointed layers are recomputed twice,
+    once in each backward pass, and hand their input over both times."""
+    gram, update, _, plain = gram_step(MODELS[kind], tmp_path / "a", False, *MODES[mode])
+    gram_c, update_c, step, result = gram_step(MODELS[kind], tmp_path / "b", True, *MODES[mode])
     assert step.collector.recomputed  # the encoder's layers are recomputed
     assert not step.collector._inputs and not step.collector._waiting
     np.testing.assert_allclose(gram_c, gram, rtol=1e-12, atol=1e-15)

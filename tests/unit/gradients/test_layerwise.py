@@ -69,15 +69,17 @@ class Fixed(build_weighting("mean").__class__):
         return np.asarray(self.weights, dtype=np.float64)
 
 
-def run_both(make, tmp_path, micro_batches, weights=(0.5, 0.2, 0.3), chunked=False, **options):
+def run_both(make, tmp_path, micro_batches, weights=(0.5, 0.2, 0.3), chunked=False, second_backward=False, **options):
     """The buffered and the bufferless step on copies of one model: (gram, update, result) of each. ``chunked``:
-    the bufferless step forms its layers in chunks (:func:`small_chunks`)."""
+    the bufferless step forms its layers in chunks (:func:`small_chunks`); ``second_backward``: it forms the Gram
+    during the backward pass and the update by a second one (``bufferless_update: backward``)."""
     out = []
     for bufferless in (False, True):
         model, tok = make(tmp_path / str(bufferless))
         model = model.double()
         torch.manual_seed(0)
-        step, weighting, params = steps(model, bufferless, list(weights), **dict(options))
+        own = dict(options, second_backward=True) if bufferless and second_backward else dict(options)
+        step, weighting, params = steps(model, bufferless, list(weights), **own)
         if bufferless and chunked:
             step.layerwise.chunk_elements = small_chunks(model) // (3 * 8)
         result = step([make_batch(tok, **rows) for rows in micro_batches])
@@ -94,6 +96,61 @@ def test_the_same_gram_and_update_as_the_buffered_step(tmp_path, kind, rows):
     for expected, got in zip(update, update_l):
         torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-13)
     assert step.collector.flat.numel() == 0 and not step.layerwise.tape  # no buffer; the tape freed after the step
+
+
+# every model and row layout in chunks (the path that cuts layers), two whole
+SECOND_BACKWARD = [(kind, rows, True) for kind in sorted(MODELS) for rows in sorted(ROWS)] + [
+    ("full", "mixed", False),
+    ("multi_lora", "spanning", False),
+]
+
+
+@pytest.mark.parametrize("kind, rows, chunked", SECOND_BACKWARD)
+def test_the_gram_during_the_backward_pass_and_a_second_backward(tmp_path, kind, rows, chunked):
+    """bufferless_update: backward -- no tape; the Gram formed at each layer's hook, the update from a second backward
+    pass of the weighted losses: the buffered step's Gram and update, to float64 round-off."""
+    (gram, update, _, _), (gram_l, update_l, _, step) = run_both(
+        MODELS[kind], tmp_path, [ROWS[rows]], chunked=chunked, second_backward=True
+    )
+    np.testing.assert_allclose(gram_l, gram, rtol=1e-12, atol=1e-15)
+    assert np.abs(gram).max() > 0
+    for expected, got in zip(update, update_l):
+        torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-13)
+    assert not step.layerwise.tape and step.layerwise.live is None and step.layerwise.peak_layer_bytes > 0
+
+
+def test_the_second_backward_in_the_optimizer_metric(tmp_path):
+    outs = []
+    for bufferless in (False, True):
+        model, tok = full(tmp_path / str(bufferless))
+        model = model.double()
+        step, weighting, _ = steps(
+            model, bufferless, [0.2, 0.3, 0.5], metric=random_metric(model), second_backward=bufferless
+        )
+        step([make_batch(tok, **MIXED)])
+        outs.append(weighting.seen)
+    np.testing.assert_allclose(outs[1], outs[0], rtol=1e-12, atol=1e-15)
+
+
+def test_the_second_backward_refuses_what_it_cannot_form(tmp_path):
+    """Two micro-batches (their cross terms), the descent check (it re-forms the products) and a layer run twice in
+    one step (its calls' products summed before the Gram) need the tape: each is refused in one line."""
+    model, tok = full(tmp_path)
+    model = model.double()
+    step, _, _ = steps(model, True, [0.5, 0.2, 0.3], second_backward=True)
+    halves = [{k: v[:4] for k, v in MIXED.items()}, {k: v[4:] for k, v in MIXED.items()}]
+    with pytest.raises(ValueError, match="one micro-batch a step; set training.gradient_accumulation_steps=1"):
+        step([make_batch(tok, **rows) for rows in halves])
+    with pytest.raises(ValueError, match="cannot re-form the products for weighting.descent_check"):
+        steps(model, True, [0.5, 0.2, 0.3], second_backward=True, descent_check=True)
+    with pytest.raises(ValueError, match="second_backward is a way of the bufferless step"):
+        steps(model, False, [0.5, 0.2, 0.3], second_backward=True)
+    step, _, _ = steps(model, True, [0.5, 0.2, 0.3], second_backward=True)
+    intermediate = model.encoder.encoder.layer[0].intermediate
+    dense, act = intermediate.dense, intermediate.intermediate_act_fn
+    intermediate.forward = lambda h: act(2 * dense(h) - dense(h))  # the same output, its Linear run twice
+    with pytest.raises(RuntimeError, match="ran twice in one step: .* use weighting.bufferless_update=tape"):
+        step([make_batch(tok, **MIXED)])
 
 
 def test_micro_batches_keep_their_cross_terms(tmp_path):

@@ -346,7 +346,7 @@ def test_shipped_configs_name_valid_tasks_languages_and_settings(path, monkeypat
     for selection in config.data.tasks:
         task = available[selection.name].configured(selection.settings, str(path))
         assert set(selection.languages or task.languages) <= set(task.languages)
-    assert dataset_refs(config)
+    assert dataset_refs(config.data, config.evaluation.split)
 
 
 def test_duplicate_example_ids_stop_a_run_before_training(tmp_path):
