@@ -37,6 +37,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Optional
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -180,7 +181,7 @@ KINDS = ("plain", "buffered", "bufferless", "bufferless_backward", "autogram", "
 DEFAULT_KINDS = KINDS[1:6]  # bufferless_whole (every layer's T products at once, as before the chunks): on request
 
 
-def make_step(kind: str, engine, num_objectives: int):
+def make_step(kind: str, engine, num_objectives: int, chunk_mb: Optional[float] = None):
     params = [p for p in engine.module.parameters() if p.requires_grad]
     if kind == "plain":
         return LossWeightedStep(engine, MeanWeighting(), num_objectives, 1)
@@ -197,6 +198,7 @@ def make_step(kind: str, engine, num_objectives: int):
         shared=params,
         bufferless=bufferless,
         second_backward=kind == "bufferless_backward",
+        chunk_bytes=None if chunk_mb is None else int(chunk_mb * 2**20),
     )
     if kind == "bufferless_whole":
         assert step.layerwise is not None
@@ -215,7 +217,10 @@ def time_steps(args) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
     engine, twin_engine = engine_for(model), engine_for(twin)
     batch = make_batch(args.objectives, args.batch, args.length)
     kinds = [k for k in KINDS if k in ("plain", *args.kinds) and (k != "naive" or args.objectives <= args.naive_up_to)]
-    steps = {kind: make_step(kind, twin_engine if kind == "autogram" else engine, args.objectives) for kind in kinds}
+    steps = {
+        kind: make_step(kind, twin_engine if kind == "autogram" else engine, args.objectives, args.chunk_mb)
+        for kind in kinds
+    }
     times: dict[str, list[float]] = {kind: [] for kind in steps}
     gram_steps = [k for k in ("buffered", "bufferless", "bufferless_backward", "bufferless_whole") if k in kinds]
     phases: dict[str, dict[str, list[float]]] = {kind: {p: [] for p in PHASES} for kind in gram_steps}
@@ -252,6 +257,7 @@ def peak_memory(args, kind: str) -> float:
         str(args.length),
         "--steps",
         "2",
+        *([] if args.chunk_mb is None else ["--chunk-mb", str(args.chunk_mb)]),
     ]
     out = subprocess.run(
         command,
@@ -274,7 +280,7 @@ def memory_child(args) -> None:
     model = build(args.objectives, args.hidden, args.layers)
     engine = engine_for(model)
     batch = make_batch(args.objectives, args.batch, args.length)
-    step = make_step(args.memory_of, engine, args.objectives)
+    step = make_step(args.memory_of, engine, args.objectives, args.chunk_mb)
     peak, done = [0.0], threading.Event()
 
     def sample() -> None:
@@ -338,6 +344,11 @@ def main() -> None:
         "--kinds", nargs="*", choices=KINDS[1:], default=list(DEFAULT_KINDS), help="steps against plain"
     )
     parser.add_argument("--bytes", action="store_true", help="print the bytes table by formula only")
+    parser.add_argument(
+        "--chunk-mb",
+        type=float,
+        help="the bufferless steps' chunk budget (weighting.bufferless_chunk_mb; default: theirs)",
+    )
     parser.add_argument("--memory-of", choices=KINDS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_of:
