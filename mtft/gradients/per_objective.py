@@ -313,8 +313,10 @@ class PerObjectiveGradients(FirstWriteProducts):
         rows = row_labels("objective", type(module).__name__, output.shape[dim])
         if not output.requires_grad:
             # Nothing upstream needs a gradient (frozen embeddings, detached parameters): make the output
-            # a leaf so that the backward pass still brings this layer its output gradient.
+            # a leaf so that the backward pass still brings this layer its output gradient -- and drop the copy
+            # autograd accumulates into a leaf's .grad (the size of the layer's output; the hook has its own).
             output = output.detach().requires_grad_(True)
+            output.register_post_accumulate_grad_hook(_drop_grad)
         segments = self._segments_of(rows)
         output.register_hook(lambda grad: self._accumulate(rule, saved, segments, grad, dim))
         if self.sink is not None:
@@ -438,6 +440,10 @@ class PerObjectiveGradients(FirstWriteProducts):
                 continue
             out += matvec(view.reshape(self.num_objectives, -1), v.reshape(-1))
         return out
+
+
+def _drop_grad(leaf: torch.Tensor) -> None:
+    leaf.grad = None
 
 
 def _several_ranks() -> bool:

@@ -270,3 +270,19 @@ def test_non_finite_weights_stop_the_run_before_the_update(tmp_path):
     ):
         step([make_batch(tok, **MIXED)])
     assert all(torch.equal(p, b) for p, b in zip(params, before))
+
+
+def test_a_leaf_made_for_an_output_gradient_keeps_no_grad(tmp_path):
+    """The embeddings' outputs on detached parameters are made leaves so that the backward pass reaches their hooks;
+    autograd's copy of their gradient in ``.grad`` (the size of the output) is dropped, not held to the step's end."""
+    model, tok = tiny_model(tmp_path)
+    collector = PerObjectiveGradients(model, 3).attach()
+    seen = []
+    model.encoder.embeddings.word_embeddings.register_forward_hook(lambda m, i, out: seen.append(out))
+    detached = {n: p.detach() for n, p in model.named_parameters()}
+    with collector.capturing():
+        sums, _ = torch.func.functional_call(model, detached, args=(), kwargs=make_batch(tok, **MIXED))
+    sums.sum().backward()
+    [leaf] = seen
+    assert leaf.is_leaf and leaf.requires_grad and leaf.grad is None
+    assert collector.sparse[model.encoder.embeddings.word_embeddings.weight].touched().numel() > 0  # the hook ran
