@@ -387,8 +387,9 @@ class WeightingSection(Section):
         "tape = the backward pass records each trainable layer's input and output gradient, and the update is one "
         "product per layer of them (one backward pass; the tape's memory, about the activations', beyond the plain "
         "step's); backward = no tape: the Gram is formed at each layer during the backward pass, and the update "
-        "comes from a second backward pass of the weighted losses (about the plain step's memory; one more backward "
-        "pass of time; one process, training.gradient_accumulation_steps=1, no descent_check).",
+        "comes from a second backward pass of the weighted losses (no tape: 1.1-1.2x the plain step's peak in "
+        "bench/lfmlf_step.py, for one more backward pass of time; one process, ZeRO 0-2, "
+        "training.gradient_accumulation_steps=1, no descent_check).",
     )
 
     @field_validator("method")
