@@ -32,6 +32,11 @@ releases them before ``engine.step()``, which updates the partitions. So during 
 trainable parameters and a full-shape gradient to hand the engine (the combination, or this rank's contribution to
 it), 2 P floats, beside the sharded T × P/N per-objective buffers.
 
+Without per-objective buffers (``weighting.gradient_buffers: none``, :mod:`mtft.gradients.layerwise`) step 1's
+backward pass records a tape instead, from which steps 2-4 form the Gram and the update layer by layer; with
+``weighting.bufferless_update: backward`` (one process, one micro-batch a step) it keeps its graph and forms the Gram
+as it goes, and step 4's update comes from a second backward pass of Σ_t (w_t / count_t) sum_t over that graph.
+
 A Gram that holds NaN or inf is refused by the solver: the step is skipped on every rank alike, and logged.
 
 Two options (``weighting.metric``, ``weighting.descent_check``):
