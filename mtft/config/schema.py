@@ -444,6 +444,11 @@ class WeightingSection(Section):
 
         return weighting_class(self.method).needs_gram or self.descent_check
 
+    def may_update_by_second_backward(self) -> bool:
+        """Whether the step may form the Gram during the backward pass and the update by a second one:
+        ``bufferless_update: backward`` where the bufferless step may be chosen (``none``, or ``auto``)."""
+        return self.bufferless_update == "backward" and self.gradient_buffers in ("none", "auto")
+
 
 class OptimizerSection(Section):
     name: Literal["adamw", "sgd"] = Field("adamw", description="Optimizer.")
@@ -896,7 +901,7 @@ class RunConfig(Section):
         must be complete there: one micro-batch a step; and it keeps nothing to re-form them for the descent check.
         (One process is checked at launch, where the world size is known.)"""
         weighting = self.weighting
-        if weighting.bufferless_update != "backward" or weighting.gradient_buffers in ("full", "bfloat16"):
+        if not weighting.may_update_by_second_backward():
             return self
         if self.training.gradient_accumulation_steps > 1:
             raise ValueError(

@@ -59,7 +59,7 @@ def check_bufferless_update(weighting: WeightingSection, world_size: int, stage:
     products could be summed, and runs a second backward pass over the same graph, for which ZeRO-3 does not gather
     the parameters it released after the first: one process, ZeRO 0-2 (whenever the bufferless step may be chosen:
     ``none``, or ``auto``)."""
-    if weighting.bufferless_update != "backward" or weighting.gradient_buffers not in ("none", "auto"):
+    if not weighting.may_update_by_second_backward():
         return
     if world_size > 1:
         raise ConfigError(
