@@ -298,8 +298,7 @@ class LayerwiseGradients:
         # a workspace of this layer's own, freed with it: memory is this way's point, and the graph is held whole
         # through the pass, so no scratch is kept from layer to layer or step to step (the reused one of the tape's
         # passes would hold a dense chunk and a row window on top of the graph). On a GPU a freed block goes back to
-        # the caching allocator; on CPU fresh pages cost their first touch: +7% of step time at T = 48 in
-        # bench/lfmlf_step.py's model, for 15-20 MiB less at the peak.
+        # the caching allocator; on CPU fresh pages cost their first touch (a few percent of step time).
         own = Workspace(self.num_objectives, self.collector.dtype, reuse_dense=False)
         for products in self._layer_products(params, [record], own):
             live.gram += sum(self._gram_parts(products, live.only_rows, live.metric))
