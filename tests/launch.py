@@ -160,19 +160,29 @@ def run_script(
         return WARM.run(script, list(args), environment, threads, timeout)
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def run_torchrun(*args: str, nproc: int = 2, timeout: float = 600) -> subprocess.CompletedProcess:
     """``torchrun --nproc_per_node=NPROC run.py ARGS`` on a free local port, one thread per rank; a timeout kills
     every rank."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    torchrun = [f"--nproc_per_node={nproc}", f"--master_port={port}", "run.py", *args]
+    torchrun = [f"--nproc_per_node={nproc}", f"--master_port={free_port()}", "run.py", *args]
+    return run_launcher("torch.distributed.run", *torchrun, timeout=timeout)
+
+
+def run_launcher(module: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``python -m MODULE ARGS`` for a launcher of several processes (torchrun's ``torch.distributed.run``,
+    DeepSpeed's ``deepspeed.launcher.runner``), one thread per process, waiting for the session's other
+    multi-process launches; a timeout kills every process it started. The launcher is forked from the warm Python,
+    and so are the processes it starts with ``sys.executable`` (tests/e2e/helpers/warm_client.py)."""
     environment = clean_env(OMP_NUM_THREADS="1")
     with MULTIPROCESS.hold():
         if WARM.folder is None:
-            return run_process([sys.executable, "-m", "torch.distributed.run", *torchrun], environment, timeout)
-        # torchrun's own process (its agent) forked from the warm Python: it starts the ranks as fresh interpreters
-        return WARM.run("torch.distributed.run", torchrun, environment, 1, timeout, module=True)
+            return run_process([sys.executable, "-m", module, *args], environment, timeout)
+        return WARM.run(module, list(args), environment, 1, timeout, module=True)
 
 
 # ----- the warm Python --------------------------------------------------------------------------------------

@@ -62,14 +62,6 @@ def deepspeed_config(config: RunConfig, world_size: int) -> dict[str, Any]:
                 f"read; use weighting.metric=euclidean, or ZeRO stage 0, 1 or 2 (not 3, from "
                 f"{training.deepspeed_config})"
             )
-        if stage == 3 and training.gradient_checkpointing:
-            # the recomputation reads the layers' parameters after ZeRO-3 released them (torch's checkpoint then
-            # finds empty tensors where the first pass saved whole ones): not supported yet
-            raise ConfigError(
-                f"training.gradient_checkpointing with weighting.method={config.weighting.method} under ZeRO-3 is not "
-                "supported (the recomputed layers read parameters ZeRO-3 has released); use ZeRO stage 0, 1 or 2, or "
-                f"training.gradient_checkpointing=false (from {training.deepspeed_config})"
-            )
         micro, accumulation = micro * accumulation, 1
     return _filled(ds, training, micro, accumulation, world_size)
 

@@ -25,12 +25,13 @@ Under ZeRO-3 a parameter's ``data`` is an empty placeholder outside its module's
 runs the module itself with the trainable parameters' ``requires_grad`` off for the forward pass (the same effect
 as the detached call: no ordinary weight gradient), so that DeepSpeed's module hooks gather each layer's
 parameters for its forward and backward and release them after, layer by layer; the per-objective products never
-read a parameter's values, only its shape (``ds_shape``). Step 4 gathers the trainable parameters whole
-(``deepspeed.zero.GatheredParameters``) for the surrogate's backward pass -- DeepSpeed's ZeRO-3 gradient hooks
-reduce-scatter the full-shape gradients into each rank's partition as they do in an ordinary backward pass -- and
-releases them before ``engine.step()``, which updates the partitions. So during step 4 every rank holds the full
-trainable parameters and a full-shape gradient to hand the engine (the combination, or this rank's contribution to
-it), 2 P floats, beside the sharded T × P/N per-objective buffers.
+read a parameter's values, only its shape (``ds_shape``). With activation checkpointing step 1 runs on the whole
+model instead, every parameter gathered and DeepSpeed's module hooks lifted (:meth:`GramWeightedStep._unpartitioned`).
+Step 4 gathers the trainable parameters whole (``deepspeed.zero.GatheredParameters``) for the surrogate's backward
+pass -- DeepSpeed's ZeRO-3 gradient hooks reduce-scatter the full-shape gradients into each rank's partition as they
+do in an ordinary backward pass -- and releases them before ``engine.step()``, which updates the partitions. So
+during step 4 every rank holds the full trainable parameters and a full-shape gradient to hand the engine (the
+combination, or this rank's contribution to it), 2 P floats, beside the sharded T × P/N per-objective buffers.
 
 Without per-objective buffers (``weighting.gradient_buffers: none``, :mod:`mtft.gradients.layerwise`) step 1's
 backward pass records a tape instead, from which steps 2-4 form the Gram and the update layer by layer; with
@@ -133,10 +134,15 @@ class GramWeightedStep:
         self.partitioned = any(hasattr(p, "ds_id") for p in self.trainable)
         if self.partitioned:
             whole = sum(bool(getattr(p, "ds_persist", False)) for p in self.trainable)
+            passes = (
+                "the per-objective passes gather every parameter (activation checkpointing)"
+                if self.collector.recomputed
+                else "the per-objective passes gather one layer at a time"
+            )
             logger.info(
                 f"{weighting.name} under ZeRO-3: {len(self.trainable) - whole} of {len(self.trainable)} trainable "
-                f"tensors partitioned ({whole} under DeepSpeed's persistence threshold, held whole); the per-objective "
-                "passes gather one layer at a time, the update all of them"
+                f"tensors partitioned ({whole} under DeepSpeed's persistence threshold, held whole); {passes}, the "
+                "update all of them"
             )
         self.steps = 0
 
@@ -296,7 +302,24 @@ class GramWeightedStep:
         if not self.collector.recomputed:
             yield
             return
-        with self._frozen(), torch.utils.checkpoint.set_checkpoint_early_stop(False):
+        with self._unpartitioned(), self._frozen(), torch.utils.checkpoint.set_checkpoint_early_stop(False):
+            yield
+
+    @contextlib.contextmanager
+    def _unpartitioned(self) -> Iterator[None]:
+        """Under ZeRO-3 with activation checkpointing: the whole model, every parameter gathered and DeepSpeed's
+        module hooks lifted for the pass (DeepSpeed's own ``unwrap_model_for_generation``, hooks put back after).
+        With the hooks, a recomputed layer's forward ends by releasing its parameters, and the parameters that do not
+        require a gradient -- all of them in this pass, and the frozen base weights of an adapter -- are the very
+        tensors torch's checkpoint keeps for that layer's backward pass (by reference, not as detached copies):
+        released, they are empty there. Gathered, the pass holds every parameter whole, as the update (step 4)
+        holds the trainable ones; otherwise nothing to do."""
+        if not self.partitioned:
+            yield
+            return
+        from deepspeed.runtime.zero.stage3 import unwrap_model_for_generation
+
+        with unwrap_model_for_generation(self.engine):
             yield
 
     @contextlib.contextmanager

@@ -4,21 +4,13 @@ line once, not once per process."""
 
 from __future__ import annotations
 
-import socket
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import BASE_CONFIG, base_overrides, clean_env, read_jsonl, run_process, run_torchrun
+from tests.conftest import BASE_CONFIG, base_overrides, free_port, read_jsonl, run_launcher, run_torchrun
 
 pytestmark = pytest.mark.multiprocess
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.mark.timeout(300)
@@ -28,13 +20,11 @@ def test_deepspeed_launcher_with_a_loopback_hostfile(tmp_path):
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("localhost slots=2\n")
     out = tmp_path / "run"
-    launcher = [sys.executable, "-m", "deepspeed.launcher.runner"]  # the `deepspeed` command's own entry point
     flags = ["--hostfile", str(hostfile), "--no_ssh_check", "--master_addr", "127.0.0.1"]
     extra = {"evaluation.every_steps": None, "checkpointing.every_steps": None, "weighting.method": "mean"}
-    command = [*launcher, *flags, "--master_port", str(_free_port()), "run.py", "--config", BASE_CONFIG]
-    result = run_process(
-        [*command, *base_overrides(out, 2, **extra)], clean_env(OMP_NUM_THREADS="1"), timeout=280, processes=2
-    )
+    command = [*flags, "--master_port", str(free_port()), "run.py", "--config", BASE_CONFIG]
+    # the `deepspeed` command's own entry point; it starts DeepSpeed's launch module, which starts the ranks
+    result = run_launcher("deepspeed.launcher.runner", *command, *base_overrides(out, 2, **extra), timeout=280)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "on 2 process(es)" in result.stdout + result.stderr
     assert [row["step"] for row in read_jsonl(out / "metrics.jsonl") if row["kind"] == "train"] == [2]

@@ -1,7 +1,8 @@
 """LF-MLF under ZeRO-3: two processes with every trainable tensor partitioned train like one process (ZeRO-2)
 holding the whole global batch -- the same weights, ||d||², first-order changes g_tᵀΔθ and final weights within
 the tolerances of the ZeRO-2 two-process test (tests/e2e/test_lfmlf_run.py) -- for full fine-tuning and
-Multi-LoRA; and one process under ZeRO-3 trains as under ZeRO-2."""
+Multi-LoRA (with activation checkpointing); and one process under ZeRO-3 with checkpointing trains as under ZeRO-2
+without it."""
 
 from __future__ import annotations
 
@@ -30,20 +31,30 @@ def partitioned_zero3(folder: Path) -> Path:
     return path
 
 
+#: how the two-process ZeRO-3 run of each method makes its per-objective passes: full fine-tuning through DeepSpeed's
+#: module hooks, layer by layer; Multi-LoRA with activation checkpointing, on the gathered model (its frozen base
+#: weights are what ZeRO-3 would release under a recomputed layer: mtft/training/gram_step.py, ``_unpartitioned``)
+PASSES = {
+    "full": ({}, "the per-objective passes gather one layer at a time"),
+    "multi_lora": ({"training.gradient_checkpointing": True}, "gather every parameter (activation checkpointing)"),
+}
+
+
 @pytest.mark.parametrize("method", list(METHODS))
 def test_two_process_zero3_lfmlf_matches_one_process(tmp_path, method):
     extra = {**METHODS[method], "weighting.descent_check": True}
     one, two = tmp_path / "one", tmp_path / "two"
     result = run_cli("--config", BASE_CONFIG, *lfmlf_run(one, 2, micro=16, **extra), threads=1)
     assert result.returncode == 0, result.stderr[-3000:]
-    zero3 = {**extra, "training.deepspeed_config": str(partitioned_zero3(tmp_path))}
+    passes, said = PASSES[method]
+    zero3 = {**extra, **passes, "training.deepspeed_config": str(partitioned_zero3(tmp_path))}
     result = run_torchrun("--config", BASE_CONFIG, *lfmlf_run(two, 3, micro=8, **zero3))
     assert result.returncode == 0, result.stderr[-5000:]
 
     # DeepSpeed found the tensors in every module's output (mtft.models.heads.HeadOutput) for its backward hooks
     assert "cannot be detected" not in result.stdout + result.stderr
     log = (two / "train.log").read_text()
-    assert "lfmlf under ZeRO-3: " in log and "(0 under DeepSpeed's persistence threshold" in log
+    assert "lfmlf under ZeRO-3: " in log and "(0 under DeepSpeed's persistence threshold" in log and said in log
     assert "ZeRO stage 3" in (two / "report.md").read_text()
     a, b = weighting_events(one), weighting_events(two)
     assert len(a) == len(b) == 12
@@ -66,14 +77,16 @@ def test_two_process_zero3_lfmlf_matches_one_process(tmp_path, method):
 
 def test_one_process_zero3_lfmlf_matches_zero2(tmp_path):
     """One process under ZeRO-3 (no sharding of the per-objective gradients; the parameters still partitioned,
-    into one part) trains as under ZeRO-2."""
+    into one part) with activation checkpointing trains as under ZeRO-2 without it: the recomputed layers'
+    parameters are whole (the per-objective pass runs on the gathered model)."""
     zero2, zero3 = tmp_path / "zero2", tmp_path / "zero3"
     result = run_cli("--config", BASE_CONFIG, *lfmlf_run(zero2, 2, micro=16), threads=1)
     assert result.returncode == 0, result.stderr[-3000:]
-    config = {"training.deepspeed_config": str(partitioned_zero3(tmp_path))}
+    config = {"training.deepspeed_config": str(partitioned_zero3(tmp_path)), "training.gradient_checkpointing": True}
     result = run_cli("--config", BASE_CONFIG, *lfmlf_run(zero3, 3, micro=16, **config), threads=1)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "(0 under DeepSpeed's persistence threshold" in (zero3 / "train.log").read_text()
+    log = (zero3 / "train.log").read_text()
+    assert "(0 under DeepSpeed's persistence threshold" in log and "(activation checkpointing)" in log
     a, b = weighting_events(zero2), weighting_events(zero3)
     assert len(a) == len(b) == 12 and not any("gram_shards" in e for e in b)
     for x, y in zip(a, b):
