@@ -3,6 +3,7 @@
     python bench/lfmlf_step.py                       # T = 2, 8, 15, 48, 100; prints Markdown tables
     python bench/lfmlf_step.py --objectives 15 48 --steps 10
     python bench/lfmlf_step.py --bytes               # the bytes table by formula only (XLM-R base and large)
+    python bench/lfmlf_step.py --objectives 48 --checkpointing --kinds buffered bufferless bufferless_backward
 
 Six steps per T, measured side by side (interleaved, medians over --steps repetitions) in one process on one
 DeepSpeed engine (ZeRO 0, AdamW), every one ending in the engine's step:
@@ -48,6 +49,7 @@ import torch  # noqa: E402
 from transformers import AutoModel, XLMRobertaConfig  # noqa: E402
 
 from mtft.core.rows import labelled_rows  # noqa: E402
+from mtft.models.checkpointing import enable_checkpointing  # noqa: E402
 from mtft.models.heads import SequenceClassificationHead  # noqa: E402
 from mtft.models.multitask import MultiTaskModel  # noqa: E402
 from mtft.training.gram_step import GramWeightedStep  # noqa: E402
@@ -55,7 +57,7 @@ from mtft.training.step import LossWeightedStep, StepResult  # noqa: E402
 from mtft.weighting import MeanWeighting, build_weighting  # noqa: E402
 
 
-def build(num_objectives: int, hidden: int, layers: int, seed: int = 0):
+def build(num_objectives: int, hidden: int, layers: int, seed: int = 0, checkpointing: bool = False):
     torch.manual_seed(seed)
     config = XLMRobertaConfig(
         vocab_size=8000,
@@ -68,6 +70,8 @@ def build(num_objectives: int, hidden: int, layers: int, seed: int = 0):
         attention_probs_dropout_prob=0.0,
     )
     encoder = AutoModel.from_config(config, add_pooling_layer=False)
+    if checkpointing:  # training.gradient_checkpointing: every step kind recomputes the encoder's layers
+        enable_checkpointing(encoder)
     head = SequenceClassificationHead(hidden, ["a", "b", "c"], 0.0)  # one task, T languages share its head
     return MultiTaskModel(encoder, {"nli": head}, num_objectives)
 
@@ -212,7 +216,7 @@ PHASES = ("backward_s", "gram_s", "weighting_s", "combine_s", "optimizer_s")
 
 def time_steps(args) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
     """Median step time of every kind, and the Gram steps' median time in each phase (their own timers)."""
-    model = build(args.objectives, args.hidden, args.layers)
+    model = build(args.objectives, args.hidden, args.layers, checkpointing=args.checkpointing)
     # TorchJD's engine hooks every forward call of the modules it is given, so autogram gets a copy of its own
     twin = copy.deepcopy(model)
     engine, twin_engine = engine_for(model), engine_for(twin)
@@ -259,6 +263,7 @@ def peak_memory(args, kind: str) -> float:
         "--steps",
         "2",
         *([] if args.chunk_mb is None else ["--chunk-mb", str(args.chunk_mb)]),
+        *(["--checkpointing"] if args.checkpointing else []),
     ]
     out = subprocess.run(
         command,
@@ -281,7 +286,7 @@ def _rss_mib() -> float:
 def memory_child(args) -> None:
     """Peak resident memory during the steps minus the resident memory just before the first one, sampled
     every ms (ru_maxrss is a lifetime high-water mark that start-up may already have set)."""
-    model = build(args.objectives, args.hidden, args.layers)
+    model = build(args.objectives, args.hidden, args.layers, checkpointing=args.checkpointing)
     engine = engine_for(model)
     batch = make_batch(args.objectives, args.batch, args.length)
     step = make_step(args.memory_of, engine, args.objectives, args.chunk_mb)
@@ -353,6 +358,11 @@ def main() -> None:
         type=float,
         help="the bufferless steps' chunk budget (weighting.bufferless_chunk_mb; default: theirs)",
     )
+    parser.add_argument(
+        "--checkpointing",
+        action="store_true",
+        help="activation checkpointing of the encoder's layers in every kind (training.gradient_checkpointing)",
+    )
     parser.add_argument("--memory-of", choices=KINDS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_of:
@@ -364,7 +374,9 @@ def main() -> None:
     print(
         f"model: XLM-R-style encoder, hidden {args.hidden}, {args.layers} layers, vocab 8000; batch "
         f"{args.batch} x {args.length} tokens (padded); medians of {args.steps} (naive: {args.naive_steps}) "
-        f"interleaved timed steps; {torch.get_num_threads()} threads\n"
+        f"interleaved timed steps; {torch.get_num_threads()} threads"
+        + ("; activation checkpointing of every layer" if args.checkpointing else "")
+        + "\n"
     )
     others = tuple(k for k in KINDS[1:] if k in args.kinds)
     print("| T | plain (ms) | " + " | ".join(f"{k} ÷ plain" for k in others) + " |")
