@@ -339,6 +339,7 @@ class LayerwiseGradients:
         ``workspace``; default: the one reused across layers and steps)."""
         if not params:
             return
+        workspace = workspace or self.workspace
         sparse = set(self.collector.sparse)
         for chunk in self._chunks(params, sparse, records, workspace):
             out = self._pass(chunk, sparse, records, workspace)
@@ -346,9 +347,8 @@ class LayerwiseGradients:
             yield out
 
     def _pass(
-        self, chunk: Chunk, sparse: set[torch.Tensor], records: list[_Record], workspace: Optional[Workspace] = None
+        self, chunk: Chunk, sparse: set[torch.Tensor], records: list[_Record], workspace: Workspace
     ) -> LayerProducts:
-        workspace = workspace or self.workspace
         out = LayerProducts(chunk.params, sparse, self.num_objectives, self.collector.dtype, workspace, chunk)
         for record in records:
             record.rule.products(record.saved, record.segments, record.grad, out)
@@ -359,7 +359,7 @@ class LayerwiseGradients:
         params: Sequence[torch.Tensor],
         sparse: set[torch.Tensor],
         records: list[_Record],
-        workspace: Optional[Workspace] = None,
+        workspace: Workspace,
     ) -> Iterator[Chunk]:
         """A layer in one pass when T × its parameters fit in the chunk budget (the usual case), else in chunks of at
         most ``chunk_elements`` per objective, so that the memory the Gram and dot passes hold does not grow with T:
@@ -399,7 +399,7 @@ class LayerwiseGradients:
         param: torch.Tensor,
         sparse: set[torch.Tensor],
         records: list[_Record],
-        workspace: Optional[Workspace] = None,
+        workspace: Workspace,
     ) -> Iterator[Chunk]:
         """Chunks of a row-sparse weight: its touched rows (every rank's), a window of them at a time."""
         shape = full_shape(param)

@@ -4,13 +4,13 @@ a collective), reassembly in item order, uneven and empty passes -- on paper and
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 import torch
 import torch.multiprocessing as mp
 
 from mtft.core.shards import rank_schedule, reassemble, sharded_map
+from tests.launch import free_port
 
 WORLD = 2
 
@@ -84,10 +84,4 @@ def _worker(rank: int, port: int) -> None:
 @pytest.mark.timeout(180)
 def test_two_gloo_ranks_share_the_items_and_both_get_every_result_in_order():
     """A failed assertion in either rank raises here; unequal collective counts would fail the timeout."""
-    mp.spawn(_worker, args=(_free_port(),), nprocs=WORLD, join=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    mp.spawn(_worker, args=(free_port(),), nprocs=WORLD, join=True)

@@ -6,7 +6,6 @@ per-token tags, QA score lists over windows)."""
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ from mtft.evaluation.evaluate import decoded_rows, evaluate
 from mtft.models.tokenizer import tiny_tokenizer
 from mtft.training.setup import build_model
 from tests.conftest import REPO
-from tests.launch import run_ranks
+from tests.launch import free_port, run_ranks
 
 WORLD = 2
 BATCH = 4
@@ -110,10 +109,4 @@ def test_two_gloo_ranks_evaluate_exactly_like_one_process():
     assert counts["tydiqa", "en"] > 1
     predictions = evaluate(build_model(config(), data), data, builder, BATCH, "cpu").predictions
     assert len({str(row["prediction"]) for row in predictions["tydiqa", "en"]}) > 1  # order shows in the result
-    run_ranks(_worker, (_free_port(),), WORLD)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    run_ranks(_worker, (free_port(),), WORLD)

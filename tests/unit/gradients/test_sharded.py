@@ -5,7 +5,6 @@ products to float32 round-off, identically on both ranks, with each layer reduce
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 import torch
@@ -13,7 +12,7 @@ from torch import nn
 
 from mtft.core.rows import labelled_rows
 from mtft.gradients import LayerwiseGradients, PerObjectiveGradients, ShardedGradients
-from tests.launch import run_ranks
+from tests.launch import free_port, run_ranks
 
 OBJECTIVES = 4  # the last is absent from every rank's rows: its shard stays zero
 WORLD = 2
@@ -226,16 +225,10 @@ def _assert_same_on_every_rank(tensor: torch.Tensor) -> None:
     assert all(torch.equal(copies[0], c) for c in copies[1:])
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.timeout(180)
 def test_two_gloo_ranks_shard_the_gram_combination_and_dot_products_exactly():
     """A failed assertion in either rank raises here with its traceback; a hung collective fails the timeout."""
-    run_ranks(_worker, (_free_port(),), WORLD)
+    run_ranks(_worker, (free_port(),), WORLD)
 
 
 def _contribution_worker(rank: int, port: int, world: int) -> None:
@@ -286,7 +279,7 @@ def _check_contribution(rank: int, world: int) -> None:
 def test_the_engines_average_of_the_contributions_is_the_combination(world: int):
     """Each coordinate of the contributions is non-zero on one rank at most (the row-sparse weights' on rank 0), so
     the sum over ranks is exact in any order, on four ranks as on two; only the 1/N scaling can round."""
-    run_ranks(_contribution_worker, (_free_port(), world), world)
+    run_ranks(_contribution_worker, (free_port(), world), world)
 
 
 def test_a_collector_holding_its_dense_gradients_is_refused():

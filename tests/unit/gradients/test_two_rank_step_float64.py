@@ -18,10 +18,9 @@ import torch
 
 from mtft.training.gram_step import GramWeightedStep
 from mtft.weighting.lfmlf import LFMLF
-from tests.launch import run_ranks
+from tests.launch import free_port, run_ranks
 from tests.unit.gradients.test_gradients import MIXED, FakeEngine, make_batch
 from tests.unit.gradients.test_layerwise import multi_lora
-from tests.unit.gradients.test_sharded import _free_port
 from tests.unit.gradients.test_zero3_step import as_partitioned
 
 WORLD = 2
@@ -121,4 +120,4 @@ def test_two_ranks_take_the_one_process_step_to_float64_round_off(tmp_path):
     gram, result, grads, _ = one_step(reference, FakeEngine(reference), 1, whole)
     # every objective present, with weights strictly inside the simplex: a non-trivial min-norm solve
     assert (result.counts > 0).all() and (result.weights > 0).sum() >= 2
-    run_ranks(_worker, (_free_port(), model, tok, (gram, result, grads)), WORLD)
+    run_ranks(_worker, (free_port(), model, tok, (gram, result, grads)), WORLD)
