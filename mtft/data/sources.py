@@ -16,10 +16,11 @@ be lost.
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import logging
 from pathlib import Path
-from typing import Iterator, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional
 
 import datasets
 
@@ -30,9 +31,9 @@ from mtft.tasks.base import DatasetRef
 
 _BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
 _TEXT_FORMATS = {".json", ".jsonl", ".csv", ".tsv", ".txt"}
-# files this process found valid, by (path, size, modification time): a run's preflight and its loading read
-# each file once, not twice
-_VALID: set[tuple[str, int, int]] = set()
+# files this process found valid, by (device, inode, size, modification time): a run's preflight and its loading
+# read each file once, not once per split of a folder
+_VALID: set[tuple[int, int, int, int]] = set()
 
 
 def resolve_source(ref: DatasetRef, sources: Mapping[str, str]) -> DatasetRef:
@@ -112,6 +113,39 @@ def load_split(
 
 
 @contextlib.contextmanager
+def one_module_per_dataset() -> Iterator[None]:
+    """Within the block, each dataset (Hub id or folder) is read once, not once per config and split loaded.
+
+    ``datasets.load_dataset(path, name, split=...)`` starts by building the dataset's module: it reads the dataset
+    card (a pure-Python YAML parse of every config), resolves every config's data files and hashes the result --
+    on the Hub, with requests -- and does so again for each config and split. A run of WikiANN in 48 languages
+    loads 144 splits from one card, each paying 0.25 s for the fixtures' card here and more over the network.
+    ``datasets`` has no public way to build a builder from a module already built, so its module factory is
+    memoized for the block. Each caller gets a copy with its own ``builder_kwargs``, which ``load_dataset_builder``
+    pops from; the configs are shared, as they are among the builders of one module (a builder resolves its
+    config's data files in place, once). The block is one run's loading of its data, within which the files are not
+    expected to change; outside it every load reads the dataset afresh, as ``datasets`` does."""
+    import datasets.load as loader
+
+    factory = loader.dataset_module_factory
+    modules: dict[str, Any] = {}
+
+    def reused(*args, **kwargs):
+        key = repr((args, sorted(kwargs.items())))
+        if key not in modules:
+            modules[key] = factory(*args, **kwargs)
+        module = copy.copy(modules[key])
+        module.builder_kwargs = dict(module.builder_kwargs)
+        return module
+
+    loader.dataset_module_factory = reused
+    try:
+        yield
+    finally:
+        loader.dataset_module_factory = factory
+
+
+@contextlib.contextmanager
 def _quiet_datasets() -> Iterator[None]:
     """The ``datasets`` loggers silenced while a split loads: on a malformed line the json builder logs the error
     itself before raising it, and the user is to see one line, the :class:`DataError` that names the file."""
@@ -135,8 +169,8 @@ def check_local_files(ref: DatasetRef, sources: Mapping[str, str] = {}) -> Datas
     for file, named in _local_files(resolved):
         if not file.is_file():
             raise DataError(f"dataset file not found: {file} (for {ref.describe()})")
-        stat = file.stat()
-        key = (str(file.resolve()), stat.st_size, stat.st_mtime_ns)
+        stat = file.stat()  # of the file itself, through any link: the key below is the file's, not its path's
+        key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
         if key in _VALID:
             continue
         if named and (stat.st_size == 0 or stat.st_size <= _BLANK_CHECK and not file.read_bytes().strip()):

@@ -16,6 +16,7 @@ This base class is sequence classification (one encoded row per example, one cla
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import inspect
 import json
@@ -243,16 +244,7 @@ class Task:
         fields = {
             f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("description", "folder")
         }
-        sources = []
-        for cls in type(self).__mro__:
-            if cls is object:
-                continue
-            try:
-                sources.append(inspect.getsource(cls))
-            except (OSError, TypeError):
-                sources.append(cls.__qualname__)
-        digest = hashlib.sha256("\n".join(sources).encode()).hexdigest()[:16]
-        return json.dumps([type(self).__qualname__, digest, fields], sort_keys=True, default=str)
+        return json.dumps([type(self).__qualname__, _source_digest(type(self)), fields], sort_keys=True, default=str)
 
     # ----- predictions and metrics -------------------------------------------------------------------
     def postprocess(
@@ -336,3 +328,18 @@ def unique_by_id(ids: Sequence[str], values: Sequence[Any], where: str) -> dict[
             raise DataError(f"{where}: row {row}: duplicate example id {key!r}")
         out[key] = value
     return out
+
+
+@functools.lru_cache(maxsize=None)
+def _source_digest(task_class: type) -> str:
+    """A digest of the source of ``task_class`` and its bases, once per class and process: ``inspect.getsource``
+    of a class parses its whole module (~0.1 s), and a run asks once for every split it encodes."""
+    sources = []
+    for cls in task_class.__mro__:
+        if cls is object:
+            continue
+        try:
+            sources.append(inspect.getsource(cls))
+        except (OSError, TypeError):
+            sources.append(cls.__qualname__)
+    return hashlib.sha256("\n".join(sources).encode()).hexdigest()[:16]

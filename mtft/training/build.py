@@ -23,6 +23,7 @@ from mtft.core.errors import ConfigError
 from mtft.data.batching import BatchBuilder
 from mtft.data.pipeline import PreparedData, prepare_data
 from mtft.data.sampler import MultiObjectiveSampler, mixing_probabilities
+from mtft.data.sources import one_module_per_dataset
 from mtft.forgetting import build_monitor
 from mtft.forgetting.monitor import Monitor, prepare_forgetting
 from mtft.gradients import full_numel, row_sparse_parameters
@@ -68,10 +69,11 @@ def build_run(config: RunConfig, proc: ProcessInfo, resuming: bool) -> RunParts:
     run_dir = Path(config.run.output_dir)
     datasets.disable_progress_bars()  # mtft logs one line per loaded split instead
     barrier()
-    start = pretrained_backbone(config, proc)  # pretrain.before_finetune: the cached checkpoint
-    start = surt_backbone(config, start, proc)  # stability.surt: re-trained on task text
-    data = _prepare_data_rank0_first(config, start, proc)
-    forgetting = prepare_forgetting(config, start, data)
+    with one_module_per_dataset():  # the run's splits of one dataset read its card once
+        start = pretrained_backbone(config, proc)  # pretrain.before_finetune: the cached checkpoint
+        start = surt_backbone(config, start, proc)  # stability.surt: re-trained on task text
+        data = _prepare_data_rank0_first(config, start, proc)
+        forgetting = prepare_forgetting(config, start, data)
     # built before the run directory: a bad backbone or adapter writes nothing
     model = build_model(config, data, start)
     weighting = build_weighting(config.weighting.method, config.weighting.options)

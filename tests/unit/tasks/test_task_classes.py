@@ -91,3 +91,21 @@ def test_built_in_tasks_name_library_classes_and_ship_no_code():
     tasks = discover_tasks()
     assert type(tasks["glue_mrpc"]) is ClassificationTask and type(tasks["superglue_record"]) is RecordTask
     assert not list(builtin_task_dir().rglob("*.py"))
+
+
+def test_the_encoding_key_follows_the_class_source_read_once_per_class(tmp_path, monkeypatch):
+    """The encoding cache's key holds a digest of the task class's source: an edited class re-encodes. The source
+    is read once per class (``inspect.getsource`` parses the whole module), not once per split encoded."""
+    import inspect
+
+    reads = []
+    getsource = inspect.getsource
+    monkeypatch.setattr(inspect, "getsource", lambda obj: reads.append(obj) or getsource(obj))
+    keys = []
+    for folder, body in (("a", "    pass\n"), ("b", "    pass  # edited\n")):
+        path = task_file(tmp_path / folder / "tasks", "custom:CustomTask")
+        (path.parent / "custom.py").write_text("from mtft.tasks import Task\n\nclass CustomTask(Task):\n" + body)
+        task = load_task_file(path)
+        keys += [task.encoding_key(), task.encoding_key(), task.encoding_key()]
+    assert keys[0] == keys[1] == keys[2] and keys[3] == keys[4] == keys[5] and keys[0] != keys[3]
+    assert [cls.__name__ for cls in reads].count("CustomTask") == 2  # one read per class, not per call
