@@ -5,7 +5,8 @@
     python bench/test_suite.py -- -m "not slow"     # any pytest arguments after --
 
 It runs ``python -m pytest`` as the README does (setup.cfg's options: a worker per core) with a JUnit report, then
-prints the wall time, the seconds summed over the tests, the files by their seconds and the slowest tests; with
+prints the wall time, the seconds summed over the tests, the files by their seconds, the slowest tests and the
+runs the tests launched (``MTFT_TESTS_LAUNCH_LOG``, tests/launch.py) by file; with
 ``--coverage`` also the line and branch coverage of ``mtft/``, subprocesses (``run.py``, torchrun's ranks, study
 jobs) and the warm Python's forks included. docs/testing.md keeps the table of the last measurement.
 """
@@ -51,6 +52,18 @@ def file_of(test: str) -> str:
     return f"{path}.py"
 
 
+def print_launches(launches: list[dict], top: int) -> None:
+    """The warm launches (``run.py``, torchrun, a study's runs: tests/launch.py) by test file: how much of the
+    suite's time is runs started from the tests, and whose."""
+    files: dict[str, list[float]] = defaultdict(list)
+    for launch in launches:
+        files[launch["test"].split("::")[0] or "(outside a test)"].append(launch["seconds"])
+    total = sum(launch["seconds"] for launch in launches)
+    print(f"\n{len(launches)} launches, {total:.0f} s summed\n\n| seconds | launches | file |\n|---:|---:|---|")
+    for name, values in sorted(files.items(), key=lambda item: -sum(item[1]))[:top]:
+        print(f"| {sum(values):.1f} | {len(values)} | {name} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--coverage", action="store_true", help="also measure line and branch coverage of mtft/")
@@ -60,7 +73,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as folder:
         junit = Path(folder) / "junit.xml"
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+        launches = Path(folder) / "launches.jsonl"  # tests/launch.py: one line per run.py (or other) launch
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "MTFT_TESTS_LAUNCH_LOG": str(launches)}
         command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={junit}", *args.pytest_args]
         if args.coverage:
             rc = Path(folder) / "coveragerc"
@@ -82,6 +96,8 @@ def main() -> None:
         print("\n| seconds | test |\n|---:|---|")
         for name, value in sorted(seconds.items(), key=lambda item: -item[1])[: args.top]:
             print(f"| {value:.1f} | {name} |")
+        if launches.exists():
+            print_launches([json.loads(line) for line in launches.read_text().splitlines()], args.top)
         if args.coverage:
             subprocess.run([sys.executable, "-m", "coverage", "combine", "-q"], cwd=REPO, env=env, check=True)
             report = Path(folder) / "coverage.json"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import signal
 import socket
@@ -185,6 +186,16 @@ def run_launcher(module: str, *args: str, timeout: float = 600) -> subprocess.Co
         return WARM.run(module, list(args), environment, 1, timeout, module=True)
 
 
+def log_launch(script: str, argv: list[str], seconds: float) -> None:
+    """With ``MTFT_TESTS_LAUNCH_LOG=FILE`` (bench/test_suite.py sets it), one JSON line per warm launch: the test,
+    the command and its seconds, the part of a test's time that its launches are."""
+    path = os.environ.get("MTFT_TESTS_LAUNCH_LOG")
+    if path:
+        line = {"test": os.environ.get("PYTEST_CURRENT_TEST", ""), "command": [script, *argv], "seconds": seconds}
+        with open(path, "a") as log:
+            log.write(json.dumps(line) + "\n")
+
+
 # ----- the warm Python --------------------------------------------------------------------------------------
 class WarmPython:
     """The test process's warm Python (tests/e2e/helpers/warm_python.py, where why it is sound is said): a server
@@ -233,6 +244,7 @@ class WarmPython:
             streams = [files.enter_context(open(os.devnull, "rb"))]
             streams += [files.enter_context(open(path, "wb")) for path in (stdout, stderr)]
             run = Handover(self.paths()[0], request, [stream.fileno() for stream in streams])
+        start = time.perf_counter()
         try:  # the run has its own copies of the streams
             status = run.status(timeout)
         except BaseException:  # the timeout here, pytest-timeout's alarm or Ctrl-C: no process left behind
@@ -241,6 +253,7 @@ class WarmPython:
         finally:
             run.close()
         result = subprocess.CompletedProcess([script, *argv], status, stdout.read_text(), stderr.read_text())
+        log_launch(script, argv, time.perf_counter() - start)
         stdout.unlink()
         stderr.unlink()
         return result

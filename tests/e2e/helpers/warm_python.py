@@ -82,6 +82,9 @@ PRELOAD = (
     "hjson",
     "einops",
     "msgpack",
+    # a ZeRO engine's optimizer check imports DeepSpeed's Muon optimizer, whose torch.compile decorators import
+    # torch's inductor (~1.2 s of every ZeRO launch and rank); torch's own module, nothing of DeepSpeed's
+    "torch._inductor.compile_fx",
 )
 #: the sys.path entries the server's own PYTHONPATH added: a child gets its own environment's instead
 _SERVER_PYTHONPATH = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
