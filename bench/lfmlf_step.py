@@ -4,6 +4,7 @@
     python bench/lfmlf_step.py --objectives 15 48 --steps 10
     python bench/lfmlf_step.py --bytes               # the bytes table by formula only (XLM-R base and large)
     python bench/lfmlf_step.py --objectives 48 --checkpointing --kinds buffered bufferless bufferless_backward
+    python bench/lfmlf_step.py --objectives 15 48 --traffic --no-memory   # with the buffered step's floor
 
 Six steps per T, measured side by side (interleaved, medians over --steps repetitions) in one process on one
 DeepSpeed engine (ZeRO 0, AdamW), every one ending in the engine's step:
@@ -243,6 +244,35 @@ def time_steps(args) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
     return medians, {k: {p: statistics.median(v) for p, v in row.items()} for k, row in phases.items()}
 
 
+def traffic(args, plain_s: float) -> str:
+    """A Markdown row: what the buffered step's T × P buffers cost on this machine whatever the code, one write of
+    them (the per-objective products), the Gram B Bᵀ (one BLAS call over them) and the combination wᵀB (one read),
+    each timed alone on a (T, P) float32 tensor, P the dense trainable parameters the step buffers; and their sum
+    against the plain step's time. The buffered step does at least this much beyond a plain step."""
+    model = build(args.objectives, args.hidden, args.layers)
+    dense = sum(p.numel() for name, p in model.named_parameters() if "word_embeddings" not in name)
+    buffer, source = torch.empty(args.objectives, dense), torch.randn(args.objectives, dense)
+    w = torch.rand(args.objectives)
+    times: dict[str, list[float]] = {"write": [], "gram": [], "combine": []}
+    for repeat in range(args.steps + 1):
+        for name, run in (
+            ("write", lambda: buffer.copy_(source)),
+            ("gram", lambda: buffer @ buffer.t()),
+            ("combine", lambda: w @ buffer),
+        ):
+            start = time.perf_counter()
+            run()
+            if repeat:
+                times[name].append(time.perf_counter() - start)
+    ms = {name: statistics.median(values) * 1e3 for name, values in times.items()}
+    total = sum(ms.values())
+    mib = args.objectives * dense * 4 / 2**20
+    return (
+        f"| {args.objectives} | {mib:.0f} | {ms['write']:.1f} | {ms['gram']:.1f} | {ms['combine']:.1f} | "
+        f"{total:.1f} | {1 + total / (plain_s * 1e3):.3f}× |"
+    )
+
+
 def peak_memory(args, kind: str) -> float:
     """Resident-set growth (MiB) of a fresh process running ``kind`` steps."""
     command = [
@@ -363,6 +393,11 @@ def main() -> None:
         action="store_true",
         help="activation checkpointing of the encoder's layers in every kind (training.gradient_checkpointing)",
     )
+    parser.add_argument(
+        "--traffic",
+        action="store_true",
+        help="also time one write, the Gram and the combination of a (T, P) buffer alone: the buffered step's floor",
+    )
     parser.add_argument("--memory-of", choices=KINDS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_of:
@@ -383,9 +418,12 @@ def main() -> None:
     print("|---:|---:|" + "---:|" * len(others))
     memory: dict[int, dict[str, float]] = {}
     profiles: dict[int, dict[str, dict[str, float]]] = {}
+    floors: list[str] = []
     for t in args.objectives:
         one = argparse.Namespace(**{**vars(args), "objectives": t})
         med, profiles[t] = time_steps(one)
+        if args.traffic:
+            floors.append(traffic(one, med["plain"]))
         ratios = [f"{med[k] / med['plain']:.3f}×" if k in med else "–" for k in others]
         print(f"| {t} | {med['plain'] * 1e3:.1f} | " + " | ".join(ratios) + " |", flush=True)
         if not args.no_memory:
@@ -396,6 +434,12 @@ def main() -> None:
     for t, rows in profiles.items():
         for kind, row in rows.items():
             print(f"| {t} | {kind} | " + " | ".join(f"{row[p] * 1e3:.1f}" for p in PHASES) + " |")
+    if floors:
+        print("\nThe buffered step's floor: its T × P buffers written once, their Gram and their combination, each")
+        print("timed alone (median ms), and 1 + their sum ÷ the plain step's time:\n")
+        print("| T | T × P (MiB) | write | Gram | combine | sum | floor ÷ plain |")
+        print("|---:|---:|---:|---:|---:|---:|---:|")
+        print("\n".join(floors))
     if memory:
         print("\nPeak memory above the built model and engine (MiB; ratio to plain):\n")
         print("| T | plain | " + " | ".join(others) + " |")
