@@ -42,7 +42,7 @@ def minilm_run(tmp_path_factory):
         "evaluation.every_steps": None,
         "checkpointing.every_steps": None,
         "forgetting.enabled": True,
-        "forgetting.every_steps": 15,
+        "forgetting.every_steps": 30,  # one measurement, at the last step
         "forgetting.hessian_examples": 8,
         "forgetting.eigen_iterations": 4,
         "forgetting.head_fit": {"steps": 60, "examples": 150},
