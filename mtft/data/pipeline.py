@@ -20,7 +20,7 @@ from mtft.core.errors import DataError
 from mtft.data import leave_out
 from mtft.data.checks import check_rows, warn_suspicious_rows
 from mtft.data.selection import SelectedTask, select_tasks
-from mtft.data.sources import describe_read, describe_source, load_split
+from mtft.data.sources import describe_read, describe_source, load_split, one_module_per_dataset
 from mtft.reporting.report import TaskTable
 from mtft.tasks.base import Task, unique_by_id
 from mtft.tasks.columns import column_values
@@ -134,7 +134,8 @@ def prepare_data(
     run's training splits are read, where they can be, for the majority-class baseline alone
     (:func:`_read_trained_labels`), and the objectives are the run's, for the evaluated languages it trained on."""
     selected = select_tasks(config.data, config.evaluation.split, trained)
-    tasks = {chosen.name: _load_task(chosen, config.data, config.evaluation.split) for chosen in selected}
+    with one_module_per_dataset():  # a dataset's configs and splits read its card once
+        tasks = {chosen.name: _load_task(chosen, config.data, config.evaluation.split) for chosen in selected}
     _check_borrowed_heads(tasks)
     tokenizer = make_tokenizer(_all_texts(tasks))
     for td in tasks.values():

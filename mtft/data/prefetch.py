@@ -12,7 +12,7 @@ from typing import Callable
 
 from mtft.config.schema import DataSection, ModelSection, RunConfig
 from mtft.data.selection import select_tasks
-from mtft.data.sources import describe_source, load_split
+from mtft.data.sources import describe_source, load_split, one_module_per_dataset
 from mtft.tasks.base import DatasetRef
 
 
@@ -33,9 +33,10 @@ def prefetch(config: RunConfig, echo: Callable[[str], None] = print) -> int:
 
     datasets.disable_progress_bars()
     refs = dataset_refs(config.data, config.evaluation.split)
-    for ref in refs:
-        dataset = load_split(ref, config.data.sources, config.data.cache_dir)
-        echo(f"cached {describe_source(ref, config.data.sources)}: {len(dataset)} rows")
+    with one_module_per_dataset():  # a dataset's configs and splits read its card once
+        for ref in refs:
+            dataset = load_split(ref, config.data.sources, config.data.cache_dir)
+            echo(f"cached {describe_source(ref, config.data.sources)}: {len(dataset)} rows")
     if config.model.backbone != "tiny":
         _prefetch_backbone(config.model, config.data.longest_row, config.pretrain.seed, echo)
     return len(refs)

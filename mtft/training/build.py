@@ -69,7 +69,7 @@ def build_run(config: RunConfig, proc: ProcessInfo, resuming: bool) -> RunParts:
     run_dir = Path(config.run.output_dir)
     datasets.disable_progress_bars()  # mtft logs one line per loaded split instead
     barrier()
-    with one_module_per_dataset():  # the run's splits of one dataset read its card once
+    with one_module_per_dataset():  # the monitors' and pre-training's text too, beside the tasks' splits
         start = pretrained_backbone(config, proc)  # pretrain.before_finetune: the cached checkpoint
         start = surt_backbone(config, start, proc)  # stability.surt: re-trained on task text
         data = _prepare_data_rank0_first(config, start, proc)
