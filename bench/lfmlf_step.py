@@ -50,6 +50,7 @@ import torch  # noqa: E402
 from transformers import AutoModel, XLMRobertaConfig  # noqa: E402
 
 from mtft.core.rows import labelled_rows  # noqa: E402
+from mtft.gradients import row_sparse_parameters  # noqa: E402
 from mtft.models.checkpointing import enable_checkpointing  # noqa: E402
 from mtft.models.heads import SequenceClassificationHead  # noqa: E402
 from mtft.models.multitask import MultiTaskModel  # noqa: E402
@@ -250,7 +251,8 @@ def traffic(args, plain_s: float) -> str:
     each timed alone on a (T, P) float32 tensor, P the dense trainable parameters the step buffers; and their sum
     against the plain step's time. The buffered step does at least this much beyond a plain step."""
     model = build(args.objectives, args.hidden, args.layers)
-    dense = sum(p.numel() for name, p in model.named_parameters() if "word_embeddings" not in name)
+    sparse = row_sparse_parameters(model)  # the embeddings: buffered by the rows a step touches, not whole
+    dense = sum(p.numel() for p in model.parameters() if p.requires_grad and p not in sparse)
     buffer, source = torch.empty(args.objectives, dense), torch.randn(args.objectives, dense)
     w = torch.rand(args.objectives)
     times: dict[str, list[float]] = {"write": [], "gram": [], "combine": []}
