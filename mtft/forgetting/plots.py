@@ -6,21 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+from mtft.reporting.figures import log_scale, plt, save_figure
 
 
 def _key(name: str, group: str) -> str:
     return f"{name}/{group}" if group else name
 
 
-def _save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=120, format="png")  # a path or an open binary file (run.py probe's --out policy)
-    plt.close(fig)
-    return path
+DPI = 120
 
 
 def plot_forgetting(events: list[dict[str, Any]], groups: list[str], path: Path) -> Optional[Path]:
@@ -82,13 +75,13 @@ def plot_forgetting(events: list[dict[str, Any]], groups: list[str], path: Path)
                 zorder=5,
                 label="F_p above the bound",
             )
-        ax.set_yscale("symlog", linthresh=1e-4)
+        log_scale(ax, "y", kind="symlog", linthresh=1e-4)
         ax.set_xlabel("step")
         ax.set_ylabel("rise of L_p (nats)")
         ax.set_title(f"Forgetting vs Theorem 1{' — ' + group if group else ''}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path, DPI)
 
 
 def plot_sensitivity(rows: list[dict[str, Any]], languages: list[str], path: Path) -> Optional[Path]:
@@ -110,13 +103,13 @@ def plot_sensitivity(rows: list[dict[str, Any]], languages: list[str], path: Pat
                 capsize=3,
                 label=model,
             )
-        ax.set_xscale("log")
+        log_scale(ax, "x")
         ax.set_xlabel("γ (noise std / init std)")
         ax.set_title("mean over languages" if panel == "mean" else panel)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("ΔL_p (mean ± std over seeds)")
     axes[0][0].legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path, DPI)
 
 
 def plot_stationarity(events: list[dict[str, Any]], path: Path) -> Optional[Path]:
@@ -126,12 +119,12 @@ def plot_stationarity(events: list[dict[str, Any]], path: Path) -> Optional[Path
         return None
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     ax.plot([e["step"] for e in steps], [max(e["stationarity"], 1e-12) for e in steps], lw=0.8)
-    ax.set_yscale("log")
+    log_scale(ax, "y")
     ax.set_xlabel("step")
     ax.set_ylabel("||d||² / mean_t ||g_t||²")
     ax.set_title("Pareto-stationarity gauge (LF-MLF)")
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path, DPI)
 
 
 def plot_pretrain(events: list[dict[str, Any]], path: Path) -> Optional[Path]:
@@ -162,4 +155,4 @@ def plot_pretrain(events: list[dict[str, Any]], path: Path) -> Optional[Path]:
     ax.set_title("Masked-LM pre-training")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path, DPI)

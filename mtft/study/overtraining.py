@@ -19,20 +19,18 @@ import math
 from pathlib import Path
 from typing import Any, Optional
 
-import matplotlib
 import numpy as np
 from pydantic import Field
 
 from mtft.core.atomic import write_json
+from mtft.reporting.figures import log_scale, plt, save_figure
 from mtft.study.aggregate import StudyResults
 from mtft.study.analyses import AnalysisOptions, StudyAnalysis
 from mtft.study.collect import log_rows
 from mtft.study.inflection import Inflection, describe, find_inflections
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
-
 LP_AFTER = "lp_after"
+DPI = 110
 
 
 class OvertrainingOptions(AnalysisOptions):
@@ -346,13 +344,11 @@ def _by_group(
             ax.set_title(title.split("=")[0].rsplit(".", 1)[-1] + "=" + title.split("=", 1)[1], fontsize=9)
     for index, ax in enumerate(axes[0]):
         _style(ax, axis, f"{metric}\n(mean ± std over seeds)" if index == 0 else "")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, DPI)
 
 
 def _style(ax: Any, axis: str, ylabel: str) -> None:
-    ax.set_xscale("log")
+    log_scale(ax, "x")
     ax.set_xlabel(f"{axis} (pre-training tokens)")
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
@@ -390,6 +386,4 @@ def _per_budget(records: list[dict[str, Any]], axis: str, metrics: list[str], pa
 
 def _finish(fig: Any, ax: Any, axis: str, ylabel: str, path: Path) -> None:
     _style(ax, axis, ylabel)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, DPI)

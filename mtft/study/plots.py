@@ -13,13 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import matplotlib
 import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
-
-from mtft.study.aggregate import (  # noqa: E402
+from mtft.reporting.figures import log_scale, plt, save_figure
+from mtft.study.aggregate import (
     CellResult,
     MetricStats,
     StudyResults,
@@ -29,6 +26,7 @@ from mtft.study.aggregate import (  # noqa: E402
 )
 
 MAX_FIGURES = 40
+DPI = 110
 
 
 @dataclass(frozen=True)
@@ -134,7 +132,7 @@ def _draw_axis(cells: list[CellResult], axis: str, metric: str, path: Path) -> N
             label=label or None,
         )
     if scale == "log":
-        ax.set_xscale("log")
+        log_scale(ax, "x")
     if scale == "category":
         ax.set_xticks(range(len(values)), [str(v) for v in values], rotation=20 if len(values) > 4 else 0)
         ax.set_xlim(-0.5, len(values) - 0.5)
@@ -143,7 +141,7 @@ def _draw_axis(cells: list[CellResult], axis: str, metric: str, path: Path) -> N
     ax.grid(alpha=0.3)
     if len(lines) > 1:
         ax.legend(fontsize=7)
-    _save(fig, path)
+    save_figure(fig, path, DPI)
 
 
 def _draw_family(cells: list[CellResult], name: str, members: list[str], path: Path) -> None:
@@ -166,10 +164,4 @@ def _draw_family(cells: list[CellResult], name: str, members: list[str], path: P
     ax.set_ylabel(f"{name}\n(mean ± std over seeds)")
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=7)
-    _save(fig, path)
-
-
-def _save(fig: Any, path: Path) -> None:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, DPI)

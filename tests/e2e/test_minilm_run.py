@@ -45,7 +45,7 @@ def minilm_run(tmp_path_factory):
         "forgetting.every_steps": 30,  # one measurement, at the last step
         "forgetting.hessian_examples": 8,
         "forgetting.eigen_iterations": 4,
-        "forgetting.head_fit": {"steps": 60, "examples": 150},
+        "forgetting.head_fit": {"steps": 30, "examples": 150},
     }
     result = run_cli("--config", BASE_CONFIG, *base_overrides(out, 30, **extra))
     assert result.returncode == 0, result.stderr[-3000:]
