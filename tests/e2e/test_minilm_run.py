@@ -36,6 +36,7 @@ def minilm_run(tmp_path_factory):
         "model.adapter.method": "multi_lora",
         "weighting.method": "lfmlf",
         "training.optimizer.lr": 1e-2,
+        "training.micro_batch_size": 16,  # 0.99 at step 30 when measured (32: 0.68, and 1.7x the step's time)
         "data.tasks.0.languages": "[en, de]",
         "data.tasks.0.max_eval_examples": 60,
         "corpus.languages": "[en, de]",
@@ -43,7 +44,7 @@ def minilm_run(tmp_path_factory):
         "checkpointing.every_steps": None,
         "forgetting.enabled": True,
         "forgetting.every_steps": 30,  # one measurement, at the last step
-        "forgetting.hessian_examples": 8,
+        "forgetting.hessian_examples": 4,
         "forgetting.eigen_iterations": 4,
         "forgetting.head_fit": {"steps": 30, "examples": 150},
     }
@@ -56,7 +57,7 @@ def test_minilm_trains_with_lfmlf_and_multi_lora(minilm_run):
     folder, out, result = minilm_run
     assert "LOAD REPORT" not in result.stdout + result.stderr  # transformers' table, replaced by one mtft line
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["xnli/accuracy"] > 0.6  # three classes: chance is 1/3 (1.0 after 40 steps when measured)
+    assert metrics["xnli/accuracy"] > 0.6  # three classes: chance is 1/3
     config = (out / "config.yaml").read_text()
     assert f"backbone: {folder}" in config
 
