@@ -7,6 +7,7 @@ as every other launch here does."""
 from __future__ import annotations
 
 import csv
+import fcntl
 import json
 import os
 import shlex
@@ -165,8 +166,26 @@ def _kill_after_a_run_finished(process: subprocess.Popen, out: Path) -> None:
         # the study alone (its client, which takes it along): its runs get SIGTERM from the kernel
         os.kill(process.pid, signal.SIGKILL)
         process.wait(timeout=60)
+        _wait_for_the_runs_to_end(out, deadline=time.monotonic() + 60)
     finally:
         kill_tree(process.pid) if process.poll() is None else None
+
+
+def _wait_for_the_runs_to_end(out: Path, deadline: float) -> None:
+    """Until no run of the study holds its run directory's lock (mtft.core.runlock: the kernel releases it when the
+    run's process is gone). The runs end after the study does -- the warm Python kills a run once its client is
+    gone, a fresh interpreter's run gets SIGTERM -- and a run at its last step may write its metrics.json
+    meanwhile: what counts as finished before the resume is read once none is left."""
+    for lock in out.glob("runs/*/.seed-*.lock"):
+        with open(lock, "rb") as handle:
+            while True:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    assert time.monotonic() < deadline, f"a run still holds {lock}"
+                    time.sleep(0.1)
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def test_a_failing_cell_is_reported_and_the_others_finish(tmp_path):
