@@ -101,8 +101,8 @@ def pretrain(setting: Setting, cache_dir: Path) -> Backbone:
     torch.manual_seed(setting.seed)
     mlm = AutoModelForMaskedLM.from_config(config)
     # the loss through the head at the masked positions only (mtft.forgetting.mlm), not logits at every position:
-    # the same loss, at 15% of the head's cost (a quarter of this tiny encoder's step); foreach: one kernel per
-    # update for all its tensors
+    # the same loss, at 15% of the head's cost (about a fifth of this tiny encoder's step at one thread); foreach:
+    # one kernel per update for all its tensors
     masked_lm = MaskedLM(*split_mlm_model(mlm))
     blocks = [b for ts in texts.values() for b in packed_blocks(tokenizer, ts, setting.block_size)]
     collator = masking_collator(tokenizer, 0.15, seed=setting.seed)

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from mtft.core.runlock import lock_path
 from tests.conftest import MULTIPROCESS, REPO, THREADS, WARM, clean_env, kill_tree, run_cli
 
 STUDY = "configs/studies/tiny.yaml"
@@ -176,7 +177,9 @@ def _wait_for_the_runs_to_end(out: Path, deadline: float) -> None:
     run's process is gone). The runs end after the study does -- the warm Python kills a run once its client is
     gone, a fresh interpreter's run gets SIGTERM -- and a run at its last step may write its metrics.json
     meanwhile: what counts as finished before the resume is read once none is left."""
-    for lock in out.glob("runs/*/.seed-*.lock"):
+    for lock in (lock_path(out / "runs" / cell / "seed-0") for cell in CELLS):
+        if not lock.exists():  # the run never started
+            continue
         with open(lock, "rb") as handle:
             while True:
                 try:
