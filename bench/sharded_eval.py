@@ -65,7 +65,11 @@ def prepare(args):
     from mtft.data.pipeline import prepare_data
     from mtft.models.tokenizer import tiny_tokenizer
 
-    return prepare_data(config(args), lambda texts: tiny_tokenizer(texts, 2000, Path(os.environ["MTFT_CACHE"])))
+    run = config(args)
+    cache = Path(os.environ["MTFT_CACHE"])
+    return prepare_data(
+        run.data, run.evaluation.split, run.weighting.objectives, lambda texts: tiny_tokenizer(texts, 2000, cache)
+    )
 
 
 def run_rank(rank: int, port: int, args, results) -> None:

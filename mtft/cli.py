@@ -15,6 +15,7 @@ from pathlib import Path
 from mtft.commands import COMMANDS, run_command
 from mtft.config import config_to_yaml, load_config
 from mtft.config.load import iter_options
+from mtft.config.run_config import RunConfig
 from mtft.core.distributed import report_to_launcher, speaks_for_node
 from mtft.core.errors import ConfigError, Interrupted, UserError, shorten
 
@@ -68,9 +69,10 @@ def main(argv: list[str]) -> int:
         print("\n".join(describe_plan(config.data, config.evaluation, config.model.backbone)))
         return 0
     if args.prefetch:
-        from mtft.data.prefetch import prefetch
+        from mtft.data.prefetch import prefetch_backbone, prefetch_datasets
 
-        prefetch(config)
+        prefetch_datasets(config.data, config.evaluation.split)
+        prefetch_backbone(config.model, config.data.longest_row, config.pretrain.seed)
         return 0
     with _locked(config.run.output_dir):  # a pre-training run's directory as a fine-tuning run's
         if config.run.stage == "pretrain":
@@ -103,12 +105,52 @@ def _resume_command(prog: str, argv: list[str], resume_flag: bool, continue_in: 
     return f"cd {shlex.quote(continue_in)} && {text}" if continue_in else text
 
 
-def options_help() -> str:
-    lines = ["config keys (set in the YAML file or as key.sub=value on the command line):"]
-    for key, kind, default, description in iter_options():
+def sections_help() -> str:
+    """The config's sections, a line each: what ``run.py --help`` ends with."""
+    counts: dict[str, int] = {}
+    for key, *_ in iter_options():
+        section = key.split(".", 1)[0]
+        counts[section] = counts.get(section, 0) + 1
+    lines = textwrap.wrap(
+        "config sections (set in the YAML file or as key.sub=value on the command line; run.py --help SECTION lists "
+        "a section's keys, e.g. --help training or --help forgetting.probe, and --help all every key):",
+        width=100,
+    )
+    width = max(map(len, RunConfig.model_fields))
+    for name, field in RunConfig.model_fields.items():
+        lines.append(f"  {name:{width}s}  {field.description} ({counts.get(name, 0)} keys)")
+    return "\n".join(lines)
+
+
+def options_help(prefix: str) -> str:
+    """Every config key under the dotted ``prefix`` (``all``: every key) with its type, default and description."""
+    options = [
+        option
+        for option in iter_options()
+        if prefix == "all" or option[0] == prefix or option[0].startswith(f"{prefix}.")
+    ]
+    if not options:
+        raise ConfigError(
+            f"--help {shorten(prefix)!r}: no config key is under it; the sections: {', '.join(RunConfig.model_fields)}"
+            ", or all"
+        )
+    lines = [f"config keys under {prefix}:" if prefix != "all" else "config keys:"]
+    for key, kind, default, description in options:
         lines.append(f"  {key}  [{kind}, default: {default}]")
         lines += textwrap.wrap(description, width=96, initial_indent="      ", subsequent_indent="      ")
     return "\n".join(lines)
+
+
+class _HelpAction(argparse.Action):
+    """``-h/--help [SECTION]``: the command line and the config's sections, or (with SECTION) the keys under it, so
+    that the reference of a few hundred keys is read a section at a time."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest, nargs="?", const=None, default=default, metavar="SECTION", help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(options_help(values) if values else parser.format_help(), end="" if not values else "\n")
+        parser.exit()
 
 
 def train_parser() -> argparse.ArgumentParser:
@@ -116,8 +158,12 @@ def train_parser() -> argparse.ArgumentParser:
         prog="run.py",
         description="Multilingual multi-task fine-tuning with DeepSpeed.\n\nother commands (run.py <command> --help):\n"
         + "\n".join(f"  {name:8s} {COMMANDS.about(name)}" for name in COMMANDS),
-        epilog=options_help(),
+        epilog=sections_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        add_help=False,
+    )
+    parser.add_argument(
+        "-h", "--help", action=_HelpAction, help="show this help, or with SECTION the config keys under it, and exit"
     )
     parser.add_argument("--config", required=True, help="run config (YAML), e.g. configs/demo.yaml")
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value", help="override config values")

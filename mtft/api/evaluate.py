@@ -16,7 +16,7 @@ import datasets
 
 from mtft.api.run import TrainedRun, load_run, output_policy
 from mtft.config import config_to_yaml, load_config
-from mtft.config.schema import RunConfig
+from mtft.config.run_config import RunConfig
 from mtft.core.atomic import write_json, write_text
 from mtft.core.errors import CheckpointError, ConfigError, DataError, UserError
 from mtft.core.registry import plugin_code
@@ -73,9 +73,9 @@ def _evaluate_run(run_dir: Path, out: Path, overrides: Sequence[str], checkpoint
     policy.check_folder(out)
     run = load_run(run_dir, checkpoint)
     datasets.disable_progress_bars()
-    data = prepare_data(
-        config, lambda texts: run.loaded.tokenizer, trained_languages(run.config.data, run.config.evaluation.split)
-    )
+    trained = trained_languages(run.config.data, run.config.evaluation.split)
+    tokenizer = run.loaded.tokenizer
+    data = prepare_data(config.data, config.evaluation.split, config.weighting.objectives, lambda _: tokenizer, trained)
     _route_like_the_run(data, run)
     result = evaluate(run.loaded.model, data, BatchBuilder(data), config.evaluation.batch_size, "cpu")
     result.metrics.update(majority_baselines(data))

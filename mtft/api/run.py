@@ -19,7 +19,7 @@ import torch
 from tqdm import tqdm
 
 from mtft.api.inputs import from_records, load_input, prepare_input
-from mtft.config.schema import RunConfig
+from mtft.config.run_config import RunConfig
 from mtft.core.errors import CheckpointError, ConfigError, DataError
 from mtft.core.output import OutputPolicy
 from mtft.core.registry import plugin_code

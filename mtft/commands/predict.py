@@ -22,7 +22,7 @@ from pathlib import Path
 
 from mtft.commands import add_trust_plugins
 from mtft.config import load_config
-from mtft.config.schema import RunConfig
+from mtft.config.run_config import RunConfig
 from mtft.core.errors import CheckpointError, ConfigError, UserError
 from mtft.core.registry import plugin_code
 from mtft.training.restore import CHECKPOINT_HELP, RUN_CONFIG, find_run_dir

@@ -132,7 +132,7 @@ def main(args: argparse.Namespace) -> int:
 
 def _load(folder: Path, args):
     """(label, [(adapter name, MaskedLM)], evaluation set, fresh model for the init stds) of one checkpoint."""
-    from mtft.config.schema import RunConfig
+    from mtft.config.run_config import RunConfig
     from mtft.forgetting.corpus import build_eval_set
     from mtft.forgetting.mlm import MaskedLM, load_mlm_checkpoint, load_mlm_model, split_mlm_model
 

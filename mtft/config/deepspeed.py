@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from mtft.config.schema import RunConfig, TrainingSection
+from mtft.config.run_config import RunConfig
+from mtft.config.schema import TrainingSection
 from mtft.core.errors import ConfigError
 
 RUN_CONFIG_OWNS = {

@@ -9,7 +9,8 @@ from typing import Any, Iterable, Iterator
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from mtft.config.schema import FLAT_ADAPTER_KEYS, AdapterSection, RunConfig, WeightingSection
+from mtft.config.run_config import RunConfig
+from mtft.config.schema import FLAT_ADAPTER_KEYS, AdapterSection, WeightingSection
 from mtft.core.errors import ConfigError, echo
 from mtft.core.safe_yaml import load_yaml, read_text
 

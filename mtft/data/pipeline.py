@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import datasets
 import numpy as np
 
-from mtft.config.schema import DataSection, LeaveOutSection, RunConfig
+from mtft.config.schema import DataSection, LeaveOutSection
 from mtft.core.errors import DataError
 from mtft.data import leave_out
 from mtft.data.checks import check_rows, warn_suspicious_rows
@@ -123,29 +123,33 @@ class PreparedData:
 
 
 def prepare_data(
-    config: RunConfig,
+    data: DataSection,
+    eval_split: str,
+    objectives: str,
     make_tokenizer: Callable[[list[str]], Any],
     trained: Optional[Mapping[str, Sequence[str]]] = None,
 ) -> PreparedData:
-    """Load, check and tokenise every task; ``make_tokenizer(texts)`` returns the tokenizer to use.
+    """Load, check and tokenise every task of ``data``, with ``eval_split`` (``evaluation.split``) as the evaluation
+    split and one objective per ``objectives`` (``weighting.objectives``: a task and language, a task or a
+    language); ``make_tokenizer(texts)`` returns the tokenizer to use.
 
     ``trained`` (:func:`~mtft.data.selection.trained_languages` of a finished run's own config): prepare to
     evaluate that run. Nothing is trained, so only the evaluation split is required, encoded and checked; the
     run's training splits are read, where they can be, for the majority-class baseline alone
     (:func:`_read_trained_labels`), and the objectives are the run's, for the evaluated languages it trained on."""
-    selected = select_tasks(config.data, config.evaluation.split, trained)
+    selected = select_tasks(data, eval_split, trained)
     with one_module_per_dataset():  # a dataset's configs and splits read its card once
-        tasks = {chosen.name: _load_task(chosen, config.data, config.evaluation.split) for chosen in selected}
+        tasks = {chosen.name: _load_task(chosen, data, eval_split) for chosen in selected}
     _check_borrowed_heads(tasks)
     tokenizer = make_tokenizer(_all_texts(tasks))
     for td in tasks.values():
-        split = config.evaluation.split
-        td.eval = {lang: encode_split(td, ds, td.origin[split, lang], tokenizer) for lang, ds in td.raw_eval.items()}
+        origin = td.origin
+        td.eval = {lang: encode_split(td, ds, origin[eval_split, lang], tokenizer) for lang, ds in td.raw_eval.items()}
         if trained is None:
             _encode_training(td, tokenizer)
     units = [Objective(chosen.name, lang) for chosen in selected for lang in chosen.training_languages()]
-    names, unit_objective = _group(units, config.weighting.objectives)
-    key = _objective_key(config.weighting.objectives)
+    names, unit_objective = _group(units, objectives)
+    key = _objective_key(objectives)
     eval_objective = {
         (name, lang): names.index(key(Objective(name, lang)))
         for name, td in tasks.items()

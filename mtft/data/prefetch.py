@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from mtft.config.schema import DataSection, ModelSection, RunConfig
+from mtft.config.schema import DataSection, ModelSection
 from mtft.data.selection import select_tasks
 from mtft.data.sources import describe_source, load_split, one_module_per_dataset
 from mtft.tasks.base import DatasetRef
@@ -27,22 +27,24 @@ def dataset_refs(data: DataSection, eval_split: str) -> list[DatasetRef]:
     return refs
 
 
-def prefetch(config: RunConfig, echo: Callable[[str], None] = print) -> int:
-    """Load (and so cache) every split; returns how many were fetched."""
+def prefetch_datasets(data: DataSection, eval_split: str, echo: Callable[[str], None] = print) -> int:
+    """Load (and so cache) every split :func:`dataset_refs` names; returns how many were fetched."""
     import datasets
 
     datasets.disable_progress_bars()
-    refs = dataset_refs(config.data, config.evaluation.split)
+    refs = dataset_refs(data, eval_split)
     with one_module_per_dataset():  # a dataset's configs and splits read its card once
         for ref in refs:
-            dataset = load_split(ref, config.data.sources, config.data.cache_dir)
-            echo(f"cached {describe_source(ref, config.data.sources)}: {len(dataset)} rows")
-    if config.model.backbone != "tiny":
-        _prefetch_backbone(config.model, config.data.longest_row, config.pretrain.seed, echo)
+            dataset = load_split(ref, data.sources, data.cache_dir)
+            echo(f"cached {describe_source(ref, data.sources)}: {len(dataset)} rows")
     return len(refs)
 
 
-def _prefetch_backbone(model: ModelSection, longest_row: int, seed: int, echo: Callable[[str], None]) -> None:
+def prefetch_backbone(model: ModelSection, longest_row: int, seed: int, echo: Callable[[str], None] = print) -> None:
+    """Fetch ``model``'s tokenizer and weights into the Hugging Face cache (the tiny encoder has none to fetch);
+    ``longest_row`` (``data.longest_row``) and ``seed`` (``pretrain.seed``) as a run builds the encoder."""
+    if model.backbone == "tiny":
+        return
     from mtft.models.backbone import build_encoder
     from mtft.models.tokenizer import load_backbone_tokenizer
 

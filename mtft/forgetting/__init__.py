@@ -15,10 +15,11 @@ text, λ_p by Hessian-vector products, bounds against measured forgetting, the G
 from __future__ import annotations
 
 
-def build_monitor(setup, config, engine, data, is_main: bool, run_dir):
-    """The run's monitor: a :class:`~mtft.forgetting.monitor.ForgettingMonitor`, or one that does nothing."""
+def build_monitor(setup, engine, data, is_main: bool, run_dir):
+    """The run's monitor: a :class:`~mtft.forgetting.monitor.ForgettingMonitor` of ``setup`` (what
+    :func:`~mtft.forgetting.monitor.prepare_forgetting` prepared), or one that does nothing."""
     from mtft.forgetting.monitor import ForgettingMonitor, NullMonitor
 
     if setup is None:
         return NullMonitor()
-    return ForgettingMonitor(setup, config, engine, data, is_main, run_dir)
+    return ForgettingMonitor(setup, engine, data, is_main, run_dir)

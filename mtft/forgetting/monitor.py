@@ -33,9 +33,8 @@ from typing import Any, Optional, Protocol
 import torch
 
 from mtft.adapters import build_method
-from mtft.config.deepspeed import zero_stage
 from mtft.config.paths import cache_dir
-from mtft.config.schema import CorpusSection, DataSection, ForgettingSection, HeadFitSection, ModelSection, RunConfig
+from mtft.config.schema import CorpusSection, DataSection, ForgettingSection, HeadFitSection, ModelSection
 from mtft.core.errors import ConfigError
 from mtft.forgetting.corpus import MlmEvalSet, build_eval_set, corpus_languages
 from mtft.forgetting.head_fit import fitted_head
@@ -58,10 +57,23 @@ LAMBDA_VERSION = "2"  # 2: Lanczos restarted by mtft itself, within the product 
 FRESH_HEAD = "a freshly initialised masked-LM head (the tiny encoder is not pre-trained here)"
 
 
+@dataclass(frozen=True)
+class MonitorSettings:
+    """What the monitors read of a run's configuration, and nothing more (the run's builder fills it)."""
+
+    forgetting: ForgettingSection
+    corpus: CorpusSection  # the generic text L_p is measured on
+    data: DataSection  # the corpus's sources and max_length; the cache folder λ_p falls back to
+    log_every: int  # logging.every_steps: the period of the "displacement" rows
+    replicate: bool  # the weights are sharded (ZeRO-3): the monitors measure a whole replica of the encoder
+    pretrained_on_corpus: bool  # pretrain.before_finetune: the backbone was pre-trained on the corpus by this run
+
+
 @dataclass
 class ForgettingSetup:
     """What the monitors need that can fail on bad input, prepared before the run directory is written."""
 
+    settings: MonitorSettings
     eval_set: MlmEvalSet
     model: ModelSection  # config.model with its backbone resolved (pre-trained by the prelude, re-trained by SURT)
     mlm_model: Optional[torch.nn.Module] = None  # the backbone as a masked-LM (None: a fresh head on the encoder)
@@ -69,38 +81,37 @@ class ForgettingSetup:
     retrieval: Optional[RetrievalSet] = None  # forgetting.retrieval's parallel sentences, tokenised
 
 
-def prepare_forgetting(config: RunConfig, model: ModelSection, data) -> Optional[ForgettingSetup]:
-    """Load the monitors' corpus and masked-LM head (what the DeepSpeed configuration rules out was refused by
+def prepare_forgetting(settings: MonitorSettings, model: ModelSection, data) -> Optional[ForgettingSetup]:
+    """Load the monitors' corpus and masked-LM head for fine-tuning ``model`` (the backbone it starts from) on
+    ``data`` (what the DeepSpeed configuration rules out was refused by
     :func:`mtft.config.deepspeed.check_forgetting` before DeepSpeed started); ``None`` when they are off."""
-    cfg = config.forgetting
+    cfg, corpus = settings.forgetting, settings.corpus
     if not cfg.enabled:
         return None
-    off = build_method(config.model.adapter).monitors_off
+    off = build_method(model.adapter).monitors_off
     if off is not None:
-        logger.info(f"forgetting monitors: model.adapter.method={config.model.adapter.method} {off}; monitors off")
+        logger.info(f"forgetting monitors: model.adapter.method={model.adapter.method} {off}; monitors off")
         return None
-    if config.model.backbone != "tiny" and config.corpus.path is None and not config.pretrain.before_finetune:
+    if model.backbone != "tiny" and corpus.path is None and not settings.pretrained_on_corpus:
         logger.warning(
             "forgetting monitors: corpus.path is not set, so L_p is measured on the built-in "
             "synthetic corpus; set corpus.path to generic text in your backbone's languages"
         )
-    languages = corpus_languages(config.corpus, [lang for td in data.tasks.values() for lang in td.languages])
-    eval_set = build_eval_set(config.corpus, config.data, data.tokenizer, languages, config.data.max_length)
-    check_fixed_batches(config.forgetting, config.corpus, eval_set)
+    languages = corpus_languages(corpus, [lang for td in data.tasks.values() for lang in td.languages])
+    eval_set = build_eval_set(corpus, settings.data, data.tokenizer, languages, settings.data.max_length)
+    check_fixed_batches(cfg, corpus, eval_set)
     retrieval = (
-        build_retrieval_set(cfg, config.corpus, config.data, data.tokenizer, languages)
-        if cfg.retrieval.enabled
-        else None
+        build_retrieval_set(cfg, corpus, settings.data, data.tokenizer, languages) if cfg.retrieval.enabled else None
     )
-    mlm_model, lp_head = masked_lm_for_lp(model, data.tokenizer, cfg.head_fit, config.corpus, config.data, languages)
+    mlm_model, lp_head = masked_lm_for_lp(model, data.tokenizer, cfg.head_fit, corpus, settings.data, languages)
     if retrieval is not None and cfg.retrieval.layer is not None:
-        layers = config.model.tiny.num_hidden_layers if mlm_model is None else mlm_model.config.num_hidden_layers
+        layers = model.tiny.num_hidden_layers if mlm_model is None else mlm_model.config.num_hidden_layers
         if cfg.retrieval.layer > layers:
             raise ConfigError(
                 f"forgetting.retrieval.layer={cfg.retrieval.layer}: the encoder has {layers} layers (0 is the "
                 "embeddings)"
             )
-    return ForgettingSetup(eval_set, model, mlm_model, lp_head, retrieval)
+    return ForgettingSetup(settings, eval_set, model, mlm_model, lp_head, retrieval)
 
 
 def check_fixed_batches(forgetting: ForgettingSection, corpus: CorpusSection, eval_set: MlmEvalSet) -> None:
@@ -183,8 +194,8 @@ class NullMonitor:
 
 
 class ForgettingMonitor:
-    def __init__(self, setup: ForgettingSetup, config: RunConfig, engine, data, is_main: bool, run_dir: Path):
-        self.config, self.cfg = config, config.forgetting
+    def __init__(self, setup: ForgettingSetup, engine, data, is_main: bool, run_dir: Path):
+        self.settings, self.cfg = setup.settings, setup.settings.forgetting
         self.engine, self.is_main, self.run_dir = engine, is_main, run_dir
         self.eval_set = setup.eval_set
         self.retrieval = setup.retrieval
@@ -194,7 +205,7 @@ class ForgettingMonitor:
         self.backbone = model.backbone
         encoder = engine.module.encoder
         # under ZeRO-3 the monitors measure a whole copy, refreshed after every step (mtft.forgetting.replica)
-        self.replica = EncoderReplica(encoder) if zero_stage(config) == 3 else None
+        self.replica = EncoderReplica(encoder) if self.settings.replicate else None
         if self.replica is not None:
             encoder = self.replica.module
             logger.info(
@@ -207,7 +218,7 @@ class ForgettingMonitor:
         if self.mlm_model is None:
             self.mlm_model = load_mlm_model(model.backbone, model.revision, model.trust_remote_code, encoder.config)
         self.mlm = attach_head(encoder, self.mlm_model)
-        self.tracker = build_method(config.model.adapter).tracker(encoder, data.head_tasks(), data.objective_names)
+        self.tracker = build_method(model.adapter).tracker(encoder, data.head_tasks(), data.objective_names)
         self.groups = self.tracker.groups
         names, fixed = self.tracker.hessian_subset()
 
@@ -312,7 +323,7 @@ class ForgettingMonitor:
         self.steps += 1
         self.sum_update_sq = [s + u for s, u in zip(self.sum_update_sq, update_sq)]
         self.distance_sq = distance_sq
-        if step % self.config.logging.every_steps == 0 or stop:
+        if step % self.settings.log_every == 0 or stop:
             self.log.log(step, "displacement", self._displacement_values())
         if step % self.cfg.every_steps == 0:
             self.evaluate(step)
@@ -478,4 +489,4 @@ class ForgettingMonitor:
         folder = Path(self.backbone)
         if folder.is_dir() and os.access(folder, os.W_OK):
             return folder / "lambda_p" / f"{key}.json"
-        return cache_dir(self.config.data) / "lambda_p" / f"{key}.json"
+        return cache_dir(self.settings.data) / "lambda_p" / f"{key}.json"

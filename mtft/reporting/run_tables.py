@@ -9,7 +9,7 @@ from typing import Any, Optional, Sequence
 def setup_table(
     config: Any, steps: int, processes: int, zero_stage: int, pretraining: Optional[str]
 ) -> list[tuple[str, str]]:
-    """The "Setup" table of a run: ``config`` its :class:`~mtft.config.schema.RunConfig` (read by field name:
+    """The "Setup" table of a run: ``config`` its :class:`~mtft.config.run_config.RunConfig` (read by field name:
     reporting sits below the config layer), ``steps`` those trained, ``pretraining`` the backbone's pre-training in
     words (:func:`mtft.training.pretrain.pretraining_summary`) or None."""
     training, weighting, data = config.training, config.weighting, config.data

@@ -25,7 +25,7 @@ from mtft.config.load import (
     set_dotted,
     validate_config,
 )
-from mtft.config.schema import RunConfig
+from mtft.config.run_config import RunConfig
 from mtft.core.errors import ConfigError, UserError
 from mtft.data.selection import check_tasks
 from mtft.models.backbone import check_backbone

@@ -16,7 +16,9 @@ import numpy as np
 import torch
 
 from mtft.adapters import build_method, parameter_table
-from mtft.config.schema import AdapterSection, ModelSection, RunConfig, WeightingSection
+from mtft.config.deepspeed import zero_stage
+from mtft.config.run_config import RunConfig
+from mtft.config.schema import AdapterSection, ModelSection, WeightingSection
 from mtft.core.atomic import recover
 from mtft.core.distributed import ProcessInfo, barrier
 from mtft.core.errors import ConfigError
@@ -25,7 +27,7 @@ from mtft.data.pipeline import PreparedData, prepare_data
 from mtft.data.sampler import MultiObjectiveSampler, mixing_probabilities
 from mtft.data.sources import one_module_per_dataset
 from mtft.forgetting import build_monitor
-from mtft.forgetting.monitor import Monitor, prepare_forgetting
+from mtft.forgetting.monitor import Monitor, MonitorSettings, prepare_forgetting
 from mtft.gradients import full_numel, row_sparse_parameters
 from mtft.reporting.logs import add_file_log, logger
 from mtft.training.adamw_preconditioner import AdamWPreconditioner
@@ -73,7 +75,7 @@ def build_run(config: RunConfig, proc: ProcessInfo, resuming: bool) -> RunParts:
         start = pretrained_backbone(config, proc)  # pretrain.before_finetune: the cached checkpoint
         start = surt_backbone(config, start, proc)  # stability.surt: re-trained on task text
         data = _prepare_data_rank0_first(config, start, proc)
-        forgetting = prepare_forgetting(config, start, data)
+        forgetting = prepare_forgetting(monitor_settings(config), start, data)
     # built before the run directory: a bad backbone or adapter writes nothing
     model = build_model(config, data, start)
     weighting = build_weighting(config.weighting.method, config.weighting.options)
@@ -98,8 +100,20 @@ def build_run(config: RunConfig, proc: ProcessInfo, resuming: bool) -> RunParts:
     kept, whole = data.train_layout()  # data.leave_out: S's order with the removed rows skipped
     batch = config.training.micro_batch_size * proc.world_size
     sampler = MultiObjectiveSampler(sizes, mixing, batch, config.run.seed, kept, whole)
-    monitor = build_monitor(forgetting, config, engine, data, proc.is_main, run_dir)
+    monitor = build_monitor(forgetting, engine, data, proc.is_main, run_dir)
     return RunParts(proc, run_dir, start, data, engine, step, sampler, mixing, builder, monitor, parameters)
+
+
+def monitor_settings(config: RunConfig) -> MonitorSettings:
+    """What the forgetting monitors read of ``config``."""
+    return MonitorSettings(
+        config.forgetting,
+        config.corpus,
+        config.data,
+        log_every=config.logging.every_steps,
+        replicate=zero_stage(config) == 3,
+        pretrained_on_corpus=config.pretrain.before_finetune,
+    )
 
 
 def accept(run_dir: Path, is_main: bool) -> None:
@@ -115,7 +129,8 @@ def _prepare_data_rank0_first(config: RunConfig, start: ModelSection, proc: Proc
     # Rank 0 trains the tokenizer and fills the datasets cache; the other ranks then read the cache.
     if not proc.is_main:
         barrier()
-    data = prepare_data(config, make_tokenizer_factory(config, start))
+    make_tokenizer = make_tokenizer_factory(config, start)
+    data = prepare_data(config.data, config.evaluation.split, config.weighting.objectives, make_tokenizer)
     if proc.is_main:
         barrier()
     return data

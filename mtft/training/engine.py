@@ -16,7 +16,8 @@ import torch
 from transformers import get_scheduler
 
 from mtft.config.deepspeed import read_deepspeed_json, use_bf16
-from mtft.config.schema import OptimizerSection, RunConfig, SchedulerSection, TrainingSection
+from mtft.config.run_config import RunConfig
+from mtft.config.schema import OptimizerSection, SchedulerSection, TrainingSection
 from mtft.core.errors import ConfigError
 
 

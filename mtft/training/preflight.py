@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Optional
 
 from mtft.config.deepspeed import check_forgetting, zero_stage
-from mtft.config.schema import RunConfig, WeightingSection
+from mtft.config.run_config import RunConfig
+from mtft.config.schema import WeightingSection
 from mtft.core.errors import CheckpointError, ConfigError
 from mtft.data.selection import check_tasks
 from mtft.forgetting.corpus import check_corpus_files

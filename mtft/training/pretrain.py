@@ -29,7 +29,8 @@ import torch
 from transformers import AutoModelForMaskedLM
 
 from mtft.config.paths import cache_dir
-from mtft.config.schema import CorpusSection, DataSection, ModelSection, OptimizerSection, RunConfig
+from mtft.config.run_config import RunConfig
+from mtft.config.schema import CorpusSection, DataSection, ModelSection, OptimizerSection
 from mtft.core.atomic import AtomicFolder, write_json
 from mtft.core.distributed import ProcessInfo, barrier, init_distributed
 from mtft.core.errors import ConfigError

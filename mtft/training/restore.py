@@ -28,7 +28,7 @@ from transformers import AutoModel
 
 from mtft.adapters import AdapterMethod, build_method
 from mtft.config import load_config
-from mtft.config.schema import RunConfig
+from mtft.config.run_config import RunConfig
 from mtft.core.atomic import is_complete
 from mtft.core.errors import CheckpointError, UserError, shorten
 from mtft.core.registry import plugin_code

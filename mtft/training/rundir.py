@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from mtft.config.load import config_to_yaml
-from mtft.config.schema import RunConfig
+from mtft.config.run_config import RunConfig
 from mtft.core.atomic import AtomicFolder
 from mtft.training.setup import resumes_existing_run
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from mtft.config.schema import RunConfig
+from mtft.config.run_config import RunConfig
 from mtft.core.atomic import AtomicFolder, write_json
 from mtft.core.distributed import barrier
 from mtft.data.batching import BatchBuilder

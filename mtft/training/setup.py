@@ -11,7 +11,8 @@ import yaml
 from mtft.adapters import AdapterMethod, build_method
 from mtft.config.load import load_config
 from mtft.config.paths import cache_dir
-from mtft.config.schema import ModelSection, RunConfig
+from mtft.config.run_config import RunConfig
+from mtft.config.schema import ModelSection
 from mtft.core.atomic import AtomicFolder, marker
 from mtft.core.errors import ConfigError
 from mtft.data.pipeline import PreparedData

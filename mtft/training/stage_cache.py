@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mtft.config.deepspeed import zero_stage
-from mtft.config.schema import RunConfig
+from mtft.config.run_config import RunConfig
 from mtft.core.atomic import MARKER
 from mtft.core.distributed import ProcessInfo, barrier
 from mtft.core.runlock import waiting_lock

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Sequence
 
 from mtft.config.paths import cache_dir
-from mtft.config.schema import ModelSection, OptimizerSection, PretrainSection, RunConfig, SurtSection
+from mtft.config.run_config import RunConfig
+from mtft.config.schema import ModelSection, OptimizerSection, PretrainSection, SurtSection
 from mtft.core.atomic import MARKER
 from mtft.core.distributed import ProcessInfo
 from mtft.data.pipeline import task_training_texts

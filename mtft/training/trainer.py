@@ -19,7 +19,7 @@ from typing import Optional
 import torch
 from tqdm import tqdm
 
-from mtft.config.schema import RunConfig
+from mtft.config.run_config import RunConfig
 from mtft.core.atomic import write_json
 from mtft.core.distributed import barrier, init_distributed
 from mtft.core.errors import CheckpointError, Interrupted

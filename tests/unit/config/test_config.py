@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from mtft.config import RunConfig, load_config
-from mtft.config.load import parse_override, set_dotted
+from mtft.config.load import iter_options, parse_override, set_dotted
 from mtft.core.errors import ConfigError
 from tests.conftest import REPO, run_cli
 
@@ -123,15 +124,30 @@ def test_duplicate_languages_refused(tmp_path):
         load_config(write(tmp_path, MINIMAL), ["data.tasks.0.languages=[en, en]"])
 
 
-def test_cli_help_lists_options_with_help_text():
-    result = run_cli("--help")
-    assert result.returncode == 0
-    assert "training.optimizer.lr  [float, default: 5e-05]" in result.stdout
-    assert "Peak learning rate." in result.stdout
-    assert "data.mixing.strategy  [proportional|temperature|uniform" in result.stdout
+def test_cli_help_lists_the_sections_and_a_section_its_keys():
+    brief = run_cli("--help")
+    assert brief.returncode == 0
+    assert "  training       Optimisation. (" in brief.stdout and "--help SECTION" in brief.stdout
+    assert "training.optimizer.lr" not in brief.stdout  # the keys are a section at a time
+    assert "score" in brief.stdout  # the other commands
+    training = run_cli("--help", "training")
+    assert training.returncode == 0
+    assert "training.optimizer.lr  [float, default: 5e-05]" in training.stdout
+    assert "Peak learning rate." in training.stdout and "data.mixing" not in training.stdout
+    assert "data.mixing.strategy  [proportional|temperature|uniform" in run_cli("--help", "data.mixing").stdout
     # each weighting's typed options (weighting.options is a mapping whose keys depend on weighting.method)
-    assert "weighting.options.floor  [float, default: 0.0]" in result.stdout and "(lfmlf) The collapse" in result.stdout
-    assert "weighting.options.rescale  [0|1|2, default: 0]" in result.stdout
+    weighting = run_cli("-h", "weighting").stdout
+    assert "weighting.options.floor  [float, default: 0.0]" in weighting and "(lfmlf) The collapse" in weighting
+    assert "weighting.options.rescale  [0|1|2, default: 0]" in weighting
+    every = run_cli("--help", "all")
+    keys = [line.split()[0] for line in every.stdout.splitlines() if re.match(r"  \S+  \[", line)]
+    assert keys == [key for key, *_ in iter_options()] and "forgetting.probe.gammas" in keys
+    unknown = run_cli("--help", "trainig")
+    assert unknown.returncode == 2 and unknown.stdout == ""
+    assert unknown.stderr.strip() == (
+        "error: --help 'trainig': no config key is under it; the sections: run, model, data, weighting, training, "
+        "evaluation, checkpointing, logging, corpus, pretrain, forgetting, stability, or all"
+    )
 
 
 def test_cli_print_config_and_error_exit(tmp_path):

@@ -13,11 +13,11 @@ import pytest
 
 from mtft.config import validate_config
 from mtft.core.errors import ConfigError, DataError
-from mtft.data.pipeline import prepare_data
 from mtft.data.sources import load_split
 from mtft.models.tokenizer import tiny_tokenizer
 from mtft.tasks import DatasetRef, discover_tasks
 from tests.conftest import REPO
+from tests.unit.data.prepare import prepare_for
 
 XNLI_SOURCES = {
     "facebook/xnli": str(REPO / "tasks/xnli/fixtures/xnli"),
@@ -77,14 +77,14 @@ def test_zero_shot_trains_on_multinli_and_evaluates_every_language():
             }
         ]
     )
-    data = prepare_data(config, tokenizer_factory)
+    data = prepare_for(config, tokenizer_factory)
     assert [o.key for o in data.train_units] == ["xnli/en"]
     assert "nyu-mll/multi_nli" in data.tasks["xnli"].origin["train", "en"]
     assert [o.key for o in data.eval_objectives()] == ["xnli/en", "xnli/de", "xnli/zh"]
 
 
 def test_in_language_rows_are_tokenised_with_labels_and_ids():
-    data = prepare_data(make_config(), tokenizer_factory)
+    data = prepare_for(make_config(), tokenizer_factory)
     assert [o.key for o in data.train_units] == ["xnli/en", "xnli/de"]
     train = data.tasks["xnli"].train["de"]
     assert len(train) == 40 and set(train.column_names) >= {"input_ids", "attention_mask", "labels", "id"}
@@ -101,7 +101,7 @@ def test_in_language_rows_are_tokenised_with_labels_and_ids():
 def test_objective_grouping(mode, names):
     config = make_config()
     config.weighting.objectives = mode
-    data = prepare_data(config, tokenizer_factory)
+    data = prepare_for(config, tokenizer_factory)
     assert data.objective_names == names
     assert [names[i] for i in data.unit_objective] == [
         {"task_language": u.key, "task": u.task, "language": u.language}[mode] for u in data.train_units
@@ -110,13 +110,13 @@ def test_objective_grouping(mode, names):
 
 def test_tokenisation_is_cached(monkeypatch):
     config = make_config()
-    first = prepare_data(config, tokenizer_factory)
+    first = prepare_for(config, tokenizer_factory)
     calls = []
     from mtft.tasks.base import Task
 
     original = Task.encode
     monkeypatch.setattr(Task, "encode", lambda self, *a: calls.append(1) or original(self, *a))
-    second = prepare_data(config, tokenizer_factory)
+    second = prepare_for(config, tokenizer_factory)
     assert calls == []  # every split came from the datasets cache
     assert second.tasks["xnli"].train["en"]["input_ids"] == first.tasks["xnli"].train["en"]["input_ids"]
 
@@ -172,7 +172,7 @@ def test_user_task_folder_and_local_file_pattern(tmp_path):
     for lang in ("en", "fr"):
         for split in ("train", "validation"):
             write_jsonl(tmp_path / "data" / f"{lang}-{split}.jsonl", sentiment_rows(12))
-    data = prepare_data(sentiment_config(tmp_path, str(tmp_path / "data/{name}-{split}.jsonl")), tokenizer_factory)
+    data = prepare_for(sentiment_config(tmp_path, str(tmp_path / "data/{name}-{split}.jsonl")), tokenizer_factory)
     assert "sentiment" in discover_tasks([tmp_path / "tasks"])
     assert data.tasks["sentiment"].label_names == ["neg", "pos"]
     assert data.tasks["sentiment"].train["fr"]["labels"][:4] == [0, 1, 0, 1]
@@ -184,9 +184,9 @@ def test_edited_local_file_is_reloaded(tmp_path):
         for split in ("train", "validation"):
             write_jsonl(tmp_path / "data" / f"{lang}-{split}.jsonl", sentiment_rows(12))
     config = sentiment_config(tmp_path, str(tmp_path / "data/{name}-{split}.jsonl"))
-    assert len(prepare_data(config, tokenizer_factory).tasks["sentiment"].train["en"]) == 12
+    assert len(prepare_for(config, tokenizer_factory).tasks["sentiment"].train["en"]) == 12
     write_jsonl(tmp_path / "data" / "en-train.jsonl", sentiment_rows(7))
-    assert len(prepare_data(config, tokenizer_factory).tasks["sentiment"].train["en"]) == 7
+    assert len(prepare_for(config, tokenizer_factory).tasks["sentiment"].train["en"]) == 7
 
 
 @pytest.mark.parametrize(
@@ -207,23 +207,23 @@ def test_bad_rows_are_refused_with_file_and_row(tmp_path, rows, message):
         write_jsonl(tmp_path / "data" / f"{lang}-train.jsonl", rows)
         write_jsonl(tmp_path / "data" / f"{lang}-validation.jsonl", sentiment_rows(4))
     with pytest.raises(DataError, match=message) as info:
-        prepare_data(sentiment_config(tmp_path, str(tmp_path / "data/{name}-{split}.jsonl")), tokenizer_factory)
+        prepare_for(sentiment_config(tmp_path, str(tmp_path / "data/{name}-{split}.jsonl")), tokenizer_factory)
     assert "en-train.jsonl" in str(info.value)
 
 
 def test_missing_dataset_file(tmp_path):
     user_task(tmp_path / "tasks")
     with pytest.raises(DataError, match=r"dataset file not found: .*en-train.jsonl"):
-        prepare_data(sentiment_config(tmp_path, str(tmp_path / "data/{name}-{split}.jsonl")), tokenizer_factory)
+        prepare_for(sentiment_config(tmp_path, str(tmp_path / "data/{name}-{split}.jsonl")), tokenizer_factory)
 
 
 def test_unknown_task_language_and_protocol():
     with pytest.raises(ConfigError, match=r"unknown task 'xnlii'; available tasks: .*xnli"):
-        prepare_data(make_config(tasks=[{"name": "xnlii"}]), tokenizer_factory)
+        prepare_for(make_config(tasks=[{"name": "xnlii"}]), tokenizer_factory)
     with pytest.raises(ConfigError, match=r"task 'xnli' has no language\(s\) xx; valid: ar, bg"):
-        prepare_data(make_config(tasks=[{"name": "xnli", "languages": ["en", "xx"]}]), tokenizer_factory)
+        prepare_for(make_config(tasks=[{"name": "xnli", "languages": ["en", "xx"]}]), tokenizer_factory)
     with pytest.raises(ConfigError, match="task folder not found"):
-        prepare_data(make_config(task_dirs=["/nonexistent/tasks"]), tokenizer_factory)
+        prepare_for(make_config(task_dirs=["/nonexistent/tasks"]), tokenizer_factory)
 
 
 def test_task_file_errors(tmp_path):
@@ -305,7 +305,7 @@ def test_csv_parquet_and_json_files_load_through_the_same_path(tmp_path, suffix)
                 frame.to_parquet(path)
             else:
                 frame.to_json(path, orient="records")
-    data = prepare_data(
+    data = prepare_for(
         sentiment_config(tmp_path, str(tmp_path / f"data/{{name}}-{{split}}.{suffix}")), tokenizer_factory
     )
     assert data.tasks["sentiment"].train["en"]["labels"] == [0, 1] * 5
@@ -324,7 +324,7 @@ def test_non_utf8_data_file_is_refused_naming_file_byte_and_line(tmp_path):
     config = sentiment_config(tmp_path, str(tmp_path / "data/{name}-{split}.jsonl"))
     line5 = len(b"".join(bad.read_bytes().splitlines(keepends=True)[:4])) + len('{"text": "caf')
     with pytest.raises(DataError, match=rf"fr-validation.jsonl .*: not UTF-8 text \(byte {line5}, line 5\)$"):
-        prepare_data(config, tokenizer_factory)
+        prepare_for(config, tokenizer_factory)
 
 
 def test_empty_data_file_and_non_utf8_file_of_a_hub_layout_folder(tmp_path):

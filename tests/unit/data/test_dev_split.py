@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from mtft.core.errors import ConfigError, DataError
-from mtft.data.pipeline import DEV, prepare_data
+from mtft.data.pipeline import DEV
 from mtft.data.selection import check_metric_for_best, select_tasks
+from tests.unit.data.prepare import prepare_for
 from tests.unit.data.test_data import make_config, tokenizer_factory
 
 XNLI = {"name": "xnli", "languages": ["en", "de"], "protocol": "in_language", "max_train_examples": 40}
@@ -17,8 +18,8 @@ def pairs(dataset) -> list[tuple[str, str]]:
 
 
 def test_the_dev_set_is_a_seeded_tenth_of_each_training_split_and_disjoint_from_it():
-    whole = prepare_data(make_config(tasks=[XNLI]), tokenizer_factory).tasks["xnli"]
-    split = prepare_data(make_config(tasks=[XNLI], dev_split=0.1), tokenizer_factory).tasks["xnli"]
+    whole = prepare_for(make_config(tasks=[XNLI]), tokenizer_factory).tasks["xnli"]
+    split = prepare_for(make_config(tasks=[XNLI], dev_split=0.1), tokenizer_factory).tasks["xnli"]
     for lang in ("en", "de"):
         train, dev = pairs(split.raw_train[lang]), pairs(split.raw_dev[lang])
         assert (len(train), len(dev)) == (36, 4)
@@ -33,17 +34,17 @@ def test_the_split_follows_dev_split_seed_not_run_seed():
     def dev_of(**raw):
         config = make_config(tasks=[XNLI], dev_split=0.25, **raw.pop("data", {}))
         config = config.model_copy(update={"run": config.run.model_copy(update=raw)}) if raw else config
-        return pairs(prepare_data(config, tokenizer_factory).tasks["xnli"].raw_dev["en"])
+        return pairs(prepare_for(config, tokenizer_factory).tasks["xnli"].raw_dev["en"])
 
     assert dev_of() == dev_of(seed=123)
     assert dev_of() != dev_of(data={"dev_split_seed": 1})
 
 
 def test_the_dev_set_is_what_a_dev_evaluation_scores():
-    data = prepare_data(make_config(tasks=[XNLI], dev_split=0.1), tokenizer_factory)
+    data = prepare_for(make_config(tasks=[XNLI], dev_split=0.1), tokenizer_factory)
     assert [o.key for o in data.eval_objectives(dev=True)] == ["xnli/en", "xnli/de"]
     zero_shot = {**XNLI, "languages": ["en", "de", "zh"], "protocol": "zero_shot", "max_train_examples": 30}
-    data = prepare_data(make_config(tasks=[zero_shot], dev_split=0.1), tokenizer_factory)
+    data = prepare_for(make_config(tasks=[zero_shot], dev_split=0.1), tokenizer_factory)
     assert [o.key for o in data.eval_objectives(dev=True)] == ["xnli/en"]  # zero-shot languages have no dev set
     assert [o.key for o in data.eval_objectives()] == ["xnli/en", "xnli/de", "xnli/zh"]
 
@@ -74,4 +75,4 @@ def test_metric_for_best_must_be_a_metric_of_the_dev_set():
 def test_too_few_examples_to_split_is_one_data_error():
     tiny = {**XNLI, "languages": ["en"], "max_train_examples": 1}
     with pytest.raises(DataError, match=r"data.dev_split=0.1 cannot split 1 example\(s\)"):
-        prepare_data(make_config(tasks=[tiny], dev_split=0.1), tokenizer_factory)
+        prepare_for(make_config(tasks=[tiny], dev_split=0.1), tokenizer_factory)

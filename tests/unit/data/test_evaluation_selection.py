@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from mtft.core.errors import ConfigError, DataError
-from mtft.data.pipeline import prepare_data
 from mtft.data.selection import select_tasks, trained_languages
 from mtft.evaluation.majority import majority_baselines
+from tests.unit.data.prepare import prepare_for
 from tests.unit.data.test_data import make_config, tokenizer_factory
 from tests.unit.data.test_source_languages import XNLI
 
@@ -60,7 +60,7 @@ def test_evaluation_still_refuses_what_concerns_evaluation():
 
 
 def test_prepared_for_evaluation_nothing_is_trained_and_the_baseline_reads_the_runs_training_labels():
-    data = prepare_data(evaluated(["en", "sw"]), tokenizer_factory, TRAINED)
+    data = prepare_for(evaluated(["en", "sw"]), tokenizer_factory, TRAINED)
     td = data.tasks["xnli"]
     assert data.train_units == [] and td.train == {} and td.dev == {}
     assert sorted(td.eval) == ["en", "sw"] and td.targets == ["sw"]
@@ -87,11 +87,11 @@ def test_evaluation_only_data_needs_no_training_split(tmp_path: Path, caplog):
     xnli = {**XNLI, "languages": ["en", "sw"], "source_languages": ["en"]}
     config = make_config(tasks=[xnli], sources={"facebook/xnli": str(folder)})
     with pytest.raises(DataError, match="cannot load"):
-        prepare_data(config, tokenizer_factory)  # a run that trains needs its training splits
+        prepare_for(config, tokenizer_factory)  # a run that trains needs its training splits
     logger = logging.getLogger("mtft")
     logger.addHandler(caplog.handler)  # the "mtft" logger may not propagate (run.py's console set-up)
     try:
-        data = prepare_data(config, tokenizer_factory, TRAINED)
+        data = prepare_for(config, tokenizer_factory, TRAINED)
     finally:
         logger.removeHandler(caplog.handler)
     td = data.tasks["xnli"]

@@ -8,8 +8,9 @@ import pytest
 from mtft.config.load import validate_config
 from mtft.core.errors import ConfigError, DataError
 from mtft.data.leave_out import kept_order, removed_ids
-from mtft.data.pipeline import prepare_data, task_training_texts
+from mtft.data.pipeline import task_training_texts
 from mtft.data.sampler import MultiObjectiveSampler
+from tests.unit.data.prepare import prepare_for
 from tests.unit.data.test_data import XNLI_SOURCES, make_config, tokenizer_factory
 
 XNLI = {"name": "xnli", "languages": ["en", "de"], "protocol": "in_language", "max_train_examples": 40}
@@ -20,7 +21,7 @@ def pairs(dataset) -> list[tuple[str, str]]:
 
 
 def prepared(**data):
-    return prepare_data(make_config(tasks=[XNLI], **data), tokenizer_factory)
+    return prepare_for(make_config(tasks=[XNLI], **data), tokenizer_factory)
 
 
 @pytest.mark.parametrize(("leave", "k"), [({"count": 1}, 1), ({"count": 5}, 5), ({"fraction": 0.1}, 4)])
@@ -43,7 +44,7 @@ def test_the_removal_follows_its_own_seed_not_run_seed_and_differs_by_language()
         config = make_config(tasks=[XNLI], leave_out={"count": 3, "seed": seed})
         if run_seed is not None:
             config = config.model_copy(update={"run": config.run.model_copy(update={"seed": run_seed})})
-        td = prepare_data(config, tokenizer_factory).tasks["xnli"]
+        td = prepare_for(config, tokenizer_factory).tasks["xnli"]
         return {lang: td.left_out[lang].tolist() for lang in ("en", "de")}
 
     first = removed()

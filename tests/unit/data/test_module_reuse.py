@@ -46,15 +46,16 @@ def test_outside_the_block_every_load_reads_afresh_even_after_an_error(tmp_path,
 def test_the_pipeline_and_prefetch_read_each_dataset_once(tmp_path, monkeypatch, factory_calls):
     """``prepare_data`` (a run's tasks, ``run.py evaluate``) and ``--prefetch`` load many configs and splits of one
     dataset: each reads the card once (XNLI in two languages: one module for facebook/xnli's folder)."""
-    from mtft.data.pipeline import prepare_data
-    from mtft.data.prefetch import prefetch
+    from mtft.data.prefetch import prefetch_datasets
+    from tests.unit.data.prepare import prepare_for
     from tests.unit.data.test_data import make_config, tokenizer_factory
 
     monkeypatch.setenv("MTFT_CACHE", str(tmp_path))
     config = make_config(cache_dir=str(tmp_path))
-    prepare_data(config, tokenizer_factory)
+    prepare_for(config, tokenizer_factory)
     folders = [call for call in factory_calls if str(call).endswith("tasks/xnli/fixtures/xnli")]
     assert len(folders) == 1 and len(factory_calls) == len(set(map(str, factory_calls)))
     factory_calls.clear()
-    assert prefetch(config, echo=lambda line: None) >= 4  # train and validation in two languages, at least
+    fetched = prefetch_datasets(config.data, config.evaluation.split, echo=lambda line: None)
+    assert fetched >= 4  # train and validation in two languages, at least
     assert len(factory_calls) == len(set(map(str, factory_calls)))

@@ -11,12 +11,13 @@ import pytest
 from mtft.config import validate_config
 from mtft.config.schema import EvaluationSection
 from mtft.core.errors import ConfigError
-from mtft.data.pipeline import PreparedData, TaskData, prepare_data
+from mtft.data.pipeline import PreparedData, TaskData
 from mtft.data.sampler import MultiObjectiveSampler, mixing_probabilities
 from mtft.data.selection import check_tasks, select_tasks, selection_metric
 from mtft.evaluation.evaluate import add_macro_averages
 from mtft.reporting.report import Report, TaskTable
 from mtft.tasks.base import Task
+from tests.unit.data.prepare import prepare_for
 from tests.unit.data.test_data import make_config, tokenizer_factory
 
 LANGUAGES, SOURCES, TARGETS = ["en", "de", "ar", "zh"], ["en", "de"], ["ar", "zh"]
@@ -59,7 +60,7 @@ def test_without_source_languages_the_protocol_decides_as_before(protocol, sourc
 
 @pytest.fixture(scope="module")
 def prepared() -> PreparedData:
-    return prepare_data(make_config(tasks=[XNLI], dev_split=0.2), tokenizer_factory)
+    return prepare_for(make_config(tasks=[XNLI], dev_split=0.2), tokenizer_factory)
 
 
 def test_no_target_split_is_loaded_for_training(prepared):

@@ -11,13 +11,14 @@ import pytest
 from sklearn.metrics import f1_score
 
 from mtft.config import validate_config
-from mtft.data.pipeline import DEV, PreparedData, TaskData, prepare_data
+from mtft.data.pipeline import DEV, PreparedData, TaskData
 from mtft.evaluation.majority import majority_baselines
 from mtft.models.tokenizer import tiny_tokenizer
 from mtft.tasks import discover_tasks
 from mtft.tasks.base import Task
 from mtft.tasks.classification import ClassificationTask
 from tests.conftest import REPO
+from tests.unit.data.prepare import prepare_for
 
 NAMES = ["a", "b"]
 
@@ -113,7 +114,7 @@ def test_on_the_fixtures_cola_scores_mcc_0_mrpc_its_f1_and_axg_borrows_the_rte_h
         "data": {"sources": SOURCES, "tasks": [{"name": n} for n in names], "max_length": 32},
         "model": {"tiny": {"vocab_size": 300}},
     }
-    data = prepare_data(
+    data = prepare_for(
         validate_config(raw, source="test"), lambda texts: tiny_tokenizer(texts, 300, Path(os.environ["MTFT_CACHE"]))
     )
     got = majority_baselines(data)

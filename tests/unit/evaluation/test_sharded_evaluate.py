@@ -13,12 +13,12 @@ import torch
 
 from mtft.config import validate_config
 from mtft.data.batching import BatchBuilder
-from mtft.data.pipeline import prepare_data
 from mtft.evaluation.evaluate import decoded_rows, evaluate
 from mtft.models.tokenizer import tiny_tokenizer
 from mtft.training.setup import build_model
 from tests.conftest import REPO
 from tests.launch import free_port, run_ranks
+from tests.unit.data.prepare import prepare_for
 
 WORLD = 2
 BATCH = 4
@@ -59,7 +59,7 @@ def config():
 def prepare():
     # a small vocabulary: BPE keeps whole words of the fixtures as one token each, and the QA contexts must need
     # several windows at max_length 48
-    return prepare_data(config(), lambda texts: tiny_tokenizer(texts, 120, Path(os.environ["MTFT_CACHE"])))
+    return prepare_for(config(), lambda texts: tiny_tokenizer(texts, 120, Path(os.environ["MTFT_CACHE"])))
 
 
 def _worker(rank: int, port: int) -> None:

@@ -15,7 +15,7 @@ from mtft.adapters.lora import inject_lora, lora_layers
 from mtft.config import validate_config
 from mtft.forgetting.corpus import build_eval_set
 from mtft.forgetting.mlm import attach_head, lp_per_language
-from mtft.forgetting.monitor import ForgettingMonitor, ForgettingSetup
+from mtft.forgetting.monitor import ForgettingMonitor, ForgettingSetup, MonitorSettings
 from tests.unit.models.test_model import tiny_model
 
 TASKS = ["a", "b"]
@@ -53,10 +53,14 @@ def lora_run(tmp_path):
         },
         "test",
     )
-    setup = ForgettingSetup(build_eval_set(config.corpus, config.data, tok, ["en", "de"], 16), config.model)
+    eval_set = build_eval_set(config.corpus, config.data, tok, ["en", "de"], 16)
+    settings = MonitorSettings(
+        config.forgetting, config.corpus, config.data, log_every=1, replicate=False, pretrained_on_corpus=False
+    )
+    setup = ForgettingSetup(settings, eval_set, config.model)
     engine = SimpleNamespace(module=model, device=torch.device("cpu"), gradient_accumulation_steps=lambda: 1)
     data = SimpleNamespace(tasks=dict.fromkeys(TASKS), head_tasks=lambda: list(TASKS), objective_names=["a/en", "b/en"])
-    monitor = ForgettingMonitor(setup, config, engine, data, True, tmp_path)
+    monitor = ForgettingMonitor(setup, engine, data, True, tmp_path)
     generator = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for layer in lora_layers(model.encoder):

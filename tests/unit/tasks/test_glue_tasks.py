@@ -15,7 +15,6 @@ from mtft.config import validate_config
 from mtft.core.errors import ConfigError, DataError
 from mtft.core.labels import IGNORE_INDEX
 from mtft.data.batching import BatchBuilder
-from mtft.data.pipeline import prepare_data
 from mtft.data.sources import load_split
 from mtft.evaluation.evaluate import evaluate
 from mtft.models.tokenizer import tiny_tokenizer
@@ -23,6 +22,7 @@ from mtft.tasks import DatasetRef, discover_tasks
 from mtft.tasks.hidden import HIDDEN_ENCODED, HiddenLabelsError
 from mtft.training.setup import build_model, heads_metadata
 from tests.conftest import REPO
+from tests.unit.data.prepare import prepare_for
 
 SOURCES = {
     "nyu-mll/glue": str(REPO / "tasks/glue/fixtures/glue"),
@@ -43,7 +43,7 @@ def prepare(tasks: list, **data):
         "data": {"sources": SOURCES, "tasks": tasks, "max_length": 96, **data},
         "model": {"tiny": {"vocab_size": 400}},
     }
-    return prepare_data(validate_config(raw, source="test"), tokenizer_factory)
+    return prepare_for(validate_config(raw, source="test"), tokenizer_factory)
 
 
 @pytest.fixture(scope="module")

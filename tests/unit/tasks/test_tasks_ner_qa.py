@@ -351,7 +351,7 @@ def test_shipped_configs_name_valid_tasks_languages_and_settings(path, monkeypat
 
 def test_duplicate_example_ids_stop_a_run_before_training(tmp_path):
     from mtft.config import validate_config
-    from mtft.data.pipeline import prepare_data
+    from tests.unit.data.prepare import prepare_for
 
     def duplicate(rows):
         rows[5]["id"] = rows[2]["id"]
@@ -370,4 +370,4 @@ def test_duplicate_example_ids_stop_a_run_before_training(tmp_path):
     with pytest.raises(
         DataError, match=r"split validation from .*, language en: row 5: duplicate example id 'english-"
     ):
-        prepare_data(config, lambda texts: _any_tokenizer())
+        prepare_for(config, lambda texts: _any_tokenizer())

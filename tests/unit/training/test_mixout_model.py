@@ -13,11 +13,11 @@ from torch import nn
 from mtft.adapters import AdapterMethod
 from mtft.config import validate_config
 from mtft.core.errors import ConfigError
-from mtft.data.pipeline import prepare_data
 from mtft.models.mixout import MixoutLinear
 from mtft.models.tokenizer import tiny_tokenizer
 from mtft.training.setup import build_model
 from tests.conftest import REPO
+from tests.unit.data.prepare import prepare_for
 
 SOURCES = {"nyu-mll/glue": str(REPO / "tasks/glue/fixtures/glue")}
 
@@ -38,7 +38,7 @@ def raw_config(**sections) -> dict:
 
 def built(**sections):
     config = validate_config(raw_config(**sections), source="test")
-    data = prepare_data(config, lambda texts: tiny_tokenizer(texts, 300, Path(os.environ["MTFT_CACHE"])))
+    data = prepare_for(config, lambda texts: tiny_tokenizer(texts, 300, Path(os.environ["MTFT_CACHE"])))
     return build_model(config, data)
 
 
