@@ -149,7 +149,11 @@ class _HelpAction(argparse.Action):
         super().__init__(option_strings, dest, nargs="?", const=None, default=default, metavar="SECTION", help=help)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        print(options_help(values) if values else parser.format_help(), end="" if not values else "\n")
+        if values:
+            print(options_help(values))
+        else:  # the sections are listed when asked for: listing them imports every weighting's options
+            parser.epilog = sections_help()
+            print(parser.format_help(), end="")
         parser.exit()
 
 
@@ -158,7 +162,6 @@ def train_parser() -> argparse.ArgumentParser:
         prog="run.py",
         description="Multilingual multi-task fine-tuning with DeepSpeed.\n\nother commands (run.py <command> --help):\n"
         + "\n".join(f"  {name:8s} {COMMANDS.about(name)}" for name in COMMANDS),
-        epilog=sections_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         add_help=False,
     )

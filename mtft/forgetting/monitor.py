@@ -194,6 +194,10 @@ class NullMonitor:
 
 
 class ForgettingMonitor:
+    """The monitors of one run (a :class:`Monitor`): ``setup`` is what :func:`prepare_forgetting` loaded and the
+    settings it was given; ``engine`` the DeepSpeed engine around the multi-task model; ``data`` the prepared data
+    (its head tasks and objectives name the adapter groups); rank 0 (``is_main``) writes ``run_dir/probe.json``."""
+
     def __init__(self, setup: ForgettingSetup, engine, data, is_main: bool, run_dir: Path):
         self.settings, self.cfg = setup.settings, setup.settings.forgetting
         self.engine, self.is_main, self.run_dir = engine, is_main, run_dir
