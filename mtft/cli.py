@@ -107,10 +107,6 @@ def _resume_command(prog: str, argv: list[str], resume_flag: bool, continue_in: 
 
 def sections_help() -> str:
     """The config's sections, a line each: what ``run.py --help`` ends with."""
-    counts: dict[str, int] = {}
-    for key, *_ in iter_options():
-        section = key.split(".", 1)[0]
-        counts[section] = counts.get(section, 0) + 1
     lines = textwrap.wrap(
         "config sections (set in the YAML file or as key.sub=value on the command line; run.py --help SECTION lists "
         "a section's keys, e.g. --help training or --help forgetting.probe, and --help all every key):",
@@ -118,7 +114,12 @@ def sections_help() -> str:
     )
     width = max(map(len, RunConfig.model_fields))
     for name, field in RunConfig.model_fields.items():
-        lines.append(f"  {name:{width}s}  {field.description} ({counts.get(name, 0)} keys)")
+        lines += textwrap.wrap(
+            f"{name:{width}s}  {field.description}",
+            width=100,
+            initial_indent="  ",
+            subsequent_indent=" " * (width + 4),
+        )
     return "\n".join(lines)
 
 
@@ -149,11 +150,7 @@ class _HelpAction(argparse.Action):
         super().__init__(option_strings, dest, nargs="?", const=None, default=default, metavar="SECTION", help=help)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        if values:
-            print(options_help(values))
-        else:  # the sections are listed when asked for: listing them imports every weighting's options
-            parser.epilog = sections_help()
-            print(parser.format_help(), end="")
+        print(options_help(values) if values else parser.format_help().rstrip("\n"))
         parser.exit()
 
 
@@ -162,6 +159,7 @@ def train_parser() -> argparse.ArgumentParser:
         prog="run.py",
         description="Multilingual multi-task fine-tuning with DeepSpeed.\n\nother commands (run.py <command> --help):\n"
         + "\n".join(f"  {name:8s} {COMMANDS.about(name)}" for name in COMMANDS),
+        epilog=sections_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         add_help=False,
     )

@@ -27,17 +27,47 @@ from mtft.config.schema import (
 
 
 class RunConfig(Section):
-    run: RunSection = Field(default_factory=RunSection, description="Run identity and output.")
-    model: ModelSection = Field(default_factory=ModelSection, description="Backbone and heads.")
-    data: DataSection = Field(..., description="Tasks, data sources and mixing.")
-    weighting: WeightingSection = Field(default_factory=WeightingSection, description="Loss combination.")
-    training: TrainingSection = Field(default_factory=TrainingSection, description="Optimisation.")
-    evaluation: EvaluationSection = Field(default_factory=EvaluationSection, description="Evaluation.")
-    checkpointing: CheckpointSection = Field(default_factory=CheckpointSection, description="Checkpoints.")
-    logging: LoggingSection = Field(default_factory=LoggingSection, description="Logging.")
-    corpus: CorpusSection = Field(default_factory=CorpusSection, description="Generic text of the masked-LM loss L_p.")
-    pretrain: PretrainSection = Field(default_factory=PretrainSection, description="Masked-LM pre-training.")
-    forgetting: ForgettingSection = Field(default_factory=ForgettingSection, description="Forgetting monitors.")
+    run: RunSection = Field(
+        default_factory=RunSection,
+        description="Name, output folder, seed, stage (finetune or pretrain), resume and overwrite.",
+    )
+    model: ModelSection = Field(
+        default_factory=ModelSection,
+        description="Backbone (Hub id, local folder or tiny), dropout, adapter method and its options.",
+    )
+    data: DataSection = Field(
+        ...,
+        description="Tasks (languages, protocol, sources), data sources, lengths, mixing, dev split.",
+    )
+    weighting: WeightingSection = Field(
+        default_factory=WeightingSection,
+        description="How per-objective losses are combined (mean, lfmlf, ...); what an objective is.",
+    )
+    training: TrainingSection = Field(
+        default_factory=TrainingSection,
+        description="Steps, batch sizes, optimizer, scheduler, precision, the DeepSpeed JSON.",
+    )
+    evaluation: EvaluationSection = Field(
+        default_factory=EvaluationSection, description="Evaluation split and interval, model selection, early stopping."
+    )
+    checkpointing: CheckpointSection = Field(
+        default_factory=CheckpointSection, description="Checkpoint interval and how many are kept."
+    )
+    logging: LoggingSection = Field(
+        default_factory=LoggingSection, description="Log interval, TensorBoard, progress bar."
+    )
+    corpus: CorpusSection = Field(
+        default_factory=CorpusSection,
+        description="Generic text of the masked-LM loss L_p (the forgetting monitors, pre-training).",
+    )
+    pretrain: PretrainSection = Field(
+        default_factory=PretrainSection,
+        description="Masked-LM pre-training, before fine-tuning (cached) or as a run of its own.",
+    )
+    forgetting: ForgettingSection = Field(
+        default_factory=ForgettingSection,
+        description="Forgetting monitors: bound vs measured forgetting, budget, probe, retrieval.",
+    )
     stability: StabilitySection = Field(
         default_factory=StabilitySection, description="Stable fine-tuning methods (MMR, MHLoss, SURT, Mixout)."
     )

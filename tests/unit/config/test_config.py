@@ -127,7 +127,7 @@ def test_duplicate_languages_refused(tmp_path):
 def test_cli_help_lists_the_sections_and_a_section_its_keys():
     brief = run_cli("--help")
     assert brief.returncode == 0
-    assert "  training       Optimisation. (" in brief.stdout and "--help SECTION" in brief.stdout
+    assert "\n  training       Steps, batch sizes, optimizer" in brief.stdout and "--help SECTION" in brief.stdout
     assert "training.optimizer.lr" not in brief.stdout  # the keys are a section at a time
     assert "score" in brief.stdout  # the other commands
     training = run_cli("--help", "training")
