@@ -22,13 +22,16 @@ bilinear in them, so the bound lands on the budget up to the second-order term Î
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 import torch
-from peft.tuners.lora import LoraLayer
 from torch import nn
 
+from mtft.adapters.lora.model import named_lora_layers
 from mtft.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from peft.tuners.lora import LoraLayer
 
 
 def frobenius_inner(b1: torch.Tensor, a1: torch.Tensor, b2: torch.Tensor, a2: torch.Tensor) -> torch.Tensor:
@@ -39,7 +42,7 @@ def frobenius_inner(b1: torch.Tensor, a1: torch.Tensor, b2: torch.Tensor, a2: to
 class PeftLoraDisplacement:
     def __init__(self, encoder: nn.Module, task_names: Sequence[str], prefix: str = "encoder."):
         self.groups = list(task_names)
-        self.layers = [(prefix + n, m) for n, m in encoder.named_modules() if isinstance(m, LoraLayer)]
+        self.layers = [(prefix + n, m) for n, m in named_lora_layers(encoder)]
         for name, m in self.layers:
             if any(task not in m.lora_A for task in self.groups):
                 raise ConfigError(

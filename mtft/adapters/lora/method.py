@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
-import peft
 import torch
-from peft.tuners.lora import LoraLayer
 from torch import nn
 
 from mtft.adapters.base import AdapterMethod
 from mtft.adapters.lora.displacement import PeftLoraDisplacement
-from mtft.adapters.lora.model import inject_lora
+from mtft.adapters.lora.model import inject_lora, named_lora_layers
 from mtft.adapters.options import LoraOptions
 from mtft.adapters.peft_config import peft_lora_config
+
+if TYPE_CHECKING:
+    import peft
 
 
 class PeftLora(AdapterMethod):
@@ -54,7 +55,5 @@ class PeftLora(AdapterMethod):
         self, encoder: nn.Module, slot: int, slot_name: str
     ) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         return {
-            name: (m.lora_A[slot_name].weight, m.lora_B[slot_name].weight)
-            for name, m in encoder.named_modules()
-            if isinstance(m, LoraLayer)
+            name: (m.lora_A[slot_name].weight, m.lora_B[slot_name].weight) for name, m in named_lora_layers(encoder)
         }

@@ -11,24 +11,30 @@ level only; the layer-level computation is differentiable, so the same pre-hook,
 from __future__ import annotations
 
 import warnings
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-import peft
-from peft.tuners.lora import LoraLayer
 from torch import nn
 
 from mtft.core.rows import row_labels
+
+if TYPE_CHECKING:
+    import peft
+    from peft.tuners.lora import LoraLayer
+
+# PEFT is imported where a model is adapted or read, not with the module (mtft.adapters.peft_config says why).
 
 
 def inject_lora(encoder: nn.Module, config: peft.LoraConfig, task_names: Sequence[str]) -> list[str]:
     """Freeze ``encoder``, add one PEFT LoRA adapter per task (named after it), and route rows to their task's
     adapter. Returns the adapted layer names; an empty match is an error."""
+    import peft
+
     encoder.requires_grad_(False)
     with warnings.catch_warnings():  # PEFT warns that a second adapter is added "knowingly": it is
         warnings.filterwarnings("ignore", message="Already found a `peft_config`")
         for name in task_names:
             encoder = peft.inject_adapter_in_model(config, encoder, adapter_name=name)
-    layers = [(name, m) for name, m in encoder.named_modules() if isinstance(m, LoraLayer)]
+    layers = named_lora_layers(encoder)
     if not layers:
         raise ValueError(f"adapter.target_modules={config.target_modules!r} matches no layer of the encoder")
     names = list(task_names)
@@ -49,5 +55,12 @@ def _router(task_names: list[str]):
     return route
 
 
+def named_lora_layers(model: nn.Module) -> list[tuple[str, LoraLayer]]:
+    """PEFT's LoRA layers of ``model``, with their names."""
+    from peft.tuners.lora import LoraLayer
+
+    return [(name, m) for name, m in model.named_modules() if isinstance(m, LoraLayer)]
+
+
 def lora_layers(model: nn.Module) -> list[LoraLayer]:
-    return [m for m in model.modules() if isinstance(m, LoraLayer)]
+    return [m for _, m in named_lora_layers(model)]

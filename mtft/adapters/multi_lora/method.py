@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
-import peft
 import torch
 from torch import nn
 
@@ -14,6 +13,9 @@ from mtft.adapters.multi_lora.layer import MultiLoraLinear
 from mtft.adapters.multi_lora.model import inject_multi_lora, multi_lora_layers
 from mtft.adapters.options import MultiLoraOptions
 from mtft.adapters.peft_config import peft_lora_config
+
+if TYPE_CHECKING:
+    import peft
 
 
 class MultiLora(AdapterMethod):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-from peft.tuners.tuners_utils import check_target_module_exists
 from torch import nn
 
 from mtft.adapters.multi_lora.layer import MultiLoraLinear
@@ -18,6 +17,8 @@ def inject_multi_lora(
 
     Returns the names of the adapted layers; an empty match is an error (a typo in target_modules would
     otherwise silently train nothing but the heads)."""
+    from peft.tuners.tuners_utils import check_target_module_exists  # PEFT when a model is adapted (peft_config)
+
     peft_config = peft_lora_config(config)
     encoder.requires_grad_(False)
     generator = torch.Generator().manual_seed(seed)

@@ -12,6 +12,7 @@ import pytest
 from mtft.adapters import METHODS, AdapterOptions
 from mtft.config import config_to_yaml, iter_options, load_config
 from mtft.core.errors import ConfigError
+from tests.conftest import REPO
 
 # one value per option of a built-in method that is not its default, so that a foreign option is not a no-op
 VALUES = {"granularity": "objective", "init_a": "gaussian", "r": 4, "alpha": 2.0, "dropout": 0.1}
@@ -100,6 +101,21 @@ def test_a_files_options_follow_a_switch_of_method_and_stay_otherwise_its_own(tm
     path.write_text("data:\n  tasks:\n    - name: xnli\nmodel:\n  adapter: {method: lora, init_a: gaussian}\n")
     with pytest.raises(ConfigError, match=r"c.yaml: model.adapter: 'init_a' is not an option of adapter method 'lora'"):
         load_config(path)
+
+
+def test_validating_a_lora_config_imports_neither_peft_nor_transformers():
+    """The LoRA methods import PEFT where a model is adapted: validating their configs (--print-config, --plan, a
+    study's plan) reads the methods' class attributes only, without PEFT's and transformers' seconds of imports."""
+    import subprocess
+
+    code = (
+        "import sys; from mtft.config import load_config; load_config('configs/demo.yaml'); "
+        "load_config('configs/demo.yaml', ['model.adapter.method=lora', 'weighting.method=mean']); "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'peft', 'transformers'}), "
+        "'mtft.adapters.lora.method' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO).stdout
+    assert out.split() == ["[]", "True"]  # the method was asked (and imported), PEFT was not
 
 
 def test_validating_a_config_imports_no_adapter_implementation():
