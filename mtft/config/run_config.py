@@ -7,6 +7,8 @@ Only the orchestration (``mtft.training``, ``mtft.api``, ``mtft.commands``, ``mt
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field, model_validator
 
 from mtft.config.schema import (
@@ -26,51 +28,32 @@ from mtft.config.schema import (
 )
 
 
+def _section(section: type[Section]) -> Any:
+    """A section of the run, built from its defaults where the file leaves it out; described (``run.py --help``) by
+    the first line of its class's docstring."""
+    return Field(default_factory=section, description=_summary(section))
+
+
+def _summary(section: type[Section]) -> str:
+    lines = (section.__doc__ or "").strip().splitlines()
+    if not lines:  # a developer's mistake, met when mtft is imported
+        raise TypeError(f"{section.__name__} needs a docstring: its first line describes the section in --help")
+    return lines[0]
+
+
 class RunConfig(Section):
-    run: RunSection = Field(
-        default_factory=RunSection,
-        description="Name, output folder, seed, stage (finetune or pretrain), resume and overwrite.",
-    )
-    model: ModelSection = Field(
-        default_factory=ModelSection,
-        description="Backbone (Hub id, local folder or tiny), dropout, adapter method and its options.",
-    )
-    data: DataSection = Field(
-        ...,
-        description="Tasks (languages, protocol, sources), data sources, lengths, mixing, dev split.",
-    )
-    weighting: WeightingSection = Field(
-        default_factory=WeightingSection,
-        description="How per-objective losses are combined (mean, lfmlf, ...); what an objective is.",
-    )
-    training: TrainingSection = Field(
-        default_factory=TrainingSection,
-        description="Steps, batch sizes, optimizer, scheduler, precision, the DeepSpeed JSON.",
-    )
-    evaluation: EvaluationSection = Field(
-        default_factory=EvaluationSection, description="Evaluation split and interval, model selection, early stopping."
-    )
-    checkpointing: CheckpointSection = Field(
-        default_factory=CheckpointSection, description="Checkpoint interval and how many are kept."
-    )
-    logging: LoggingSection = Field(
-        default_factory=LoggingSection, description="Log interval, TensorBoard, progress bar."
-    )
-    corpus: CorpusSection = Field(
-        default_factory=CorpusSection,
-        description="Generic text of the masked-LM loss L_p (the forgetting monitors, pre-training).",
-    )
-    pretrain: PretrainSection = Field(
-        default_factory=PretrainSection,
-        description="Masked-LM pre-training, before fine-tuning (cached) or as a run of its own.",
-    )
-    forgetting: ForgettingSection = Field(
-        default_factory=ForgettingSection,
-        description="Forgetting monitors: bound vs measured forgetting, budget, probe, retrieval.",
-    )
-    stability: StabilitySection = Field(
-        default_factory=StabilitySection, description="Stable fine-tuning methods (MMR, MHLoss, SURT, Mixout)."
-    )
+    run: RunSection = _section(RunSection)
+    model: ModelSection = _section(ModelSection)
+    data: DataSection = Field(..., description=_summary(DataSection))
+    weighting: WeightingSection = _section(WeightingSection)
+    training: TrainingSection = _section(TrainingSection)
+    evaluation: EvaluationSection = _section(EvaluationSection)
+    checkpointing: CheckpointSection = _section(CheckpointSection)
+    logging: LoggingSection = _section(LoggingSection)
+    corpus: CorpusSection = _section(CorpusSection)
+    pretrain: PretrainSection = _section(PretrainSection)
+    forgetting: ForgettingSection = _section(ForgettingSection)
+    stability: StabilitySection = _section(StabilitySection)
 
     @model_validator(mode="after")
     def _stage_needs(self) -> "RunConfig":

@@ -35,6 +35,8 @@ class Section(BaseModel):
 
 
 class RunSection(Section):
+    """Name, output folder, seed, stage (finetune or pretrain), resume and overwrite."""
+
     name: str = Field("run", min_length=1, description="Run name, used in logs and the report.")
     output_dir: str = Field(
         "runs/{name}",
@@ -145,6 +147,8 @@ class AdapterSection(Section):
 
 
 class ModelSection(Section):
+    """Backbone (Hub id, local folder or tiny), dropout, adapter method and its options."""
+
     backbone: str = Field(
         "tiny",
         min_length=1,
@@ -263,6 +267,8 @@ def check_count_or_fraction(count: Optional[int], fraction: Optional[float]) -> 
 
 
 class DataSection(Section):
+    """Tasks (languages, protocol, sources), data sources, lengths, mixing, dev split."""
+
     tasks: list[TaskSelection] = Field(
         default_factory=list, description="Tasks to train and evaluate (at least one for run.stage=finetune)."
     )
@@ -313,6 +319,8 @@ class DataSection(Section):
 
 
 class WeightingSection(Section):
+    """How per-objective losses are combined (mean, lfmlf, ...); what an objective is."""
+
     method: str = Field(
         "mean",
         description="How the per-objective losses are combined each step: a built-in name (see mtft.weighting) "
@@ -480,6 +488,8 @@ class SchedulerSection(Section):
 
 
 class TrainingSection(Section):
+    """Steps, batch sizes, optimizer, scheduler, precision, the DeepSpeed JSON."""
+
     max_steps: int = Field(1000, ge=1, description="Optimizer steps to train for.")
     micro_batch_size: int = Field(32, ge=1, description="Examples per process per forward pass.")
     gradient_accumulation_steps: int = Field(1, ge=1, description="Micro-batches per optimizer step.")
@@ -506,6 +516,8 @@ class TrainingSection(Section):
 
 
 class EvaluationSection(Section):
+    """Evaluation split and interval, model selection, early stopping."""
+
     every_steps: Optional[int] = Field(None, ge=1, description="Evaluate every N steps (and always at the end).")
     split: Literal["validation", "test"] = Field("validation", description="Split used for evaluation.")
     batch_size: int = Field(64, ge=1, description="Examples per evaluation batch.")
@@ -544,18 +556,24 @@ class EvaluationSection(Section):
 
 
 class CheckpointSection(Section):
+    """Checkpoint interval and how many are kept."""
+
     every_steps: Optional[int] = Field(None, ge=1, description="Save a checkpoint every N steps (and at the end).")
     keep_last: int = Field(2, ge=1, description="Keep this many most recent step checkpoints.")
 
 
 class LoggingSection(Section):
+    """Log interval, TensorBoard, progress bar."""
+
     every_steps: int = Field(10, ge=1, description="Log losses and throughput every N steps.")
     tensorboard: bool = Field(False, description="Also write TensorBoard scalars (needs tensorboard).")
     progress_bar: bool = Field(True, description="Show a tqdm progress bar on rank 0.")
 
 
 class CorpusSection(Section):
-    """Generic held-out text: what the masked-LM loss L_p is measured on, and what stage pretrain trains on."""
+    """Generic text of the masked-LM loss L_p (the forgetting monitors, pre-training).
+
+    Held out, it is what L_p is measured on; its training split is what stage pretrain trains on."""
 
     path: Optional[str] = Field(
         None,
@@ -595,7 +613,9 @@ class CorpusSection(Section):
 
 
 class PretrainSection(Section):
-    """Masked-LM pre-training of model.backbone: from scratch (tiny) or continued (a Hub id or local folder)."""
+    """Masked-LM pre-training, before fine-tuning (cached) or as a run of its own.
+
+    Of model.backbone: from scratch (tiny) or continued (a Hub id or local folder)."""
 
     before_finetune: bool = Field(
         False,
@@ -751,8 +771,9 @@ class RetrievalSection(Section):
 
 
 class ForgettingSection(Section):
-    """Forgetting monitors: measured F_p = L_p(θ) − L_p(θ_p) against Theorem 1's bounds (Mao et al., 2022;
-    Springer et al., 2025)."""
+    """Forgetting monitors: bound vs measured forgetting, budget, probe, retrieval.
+
+    The measured F_p = L_p(θ) − L_p(θ_p) against Theorem 1's bounds (Mao et al., 2022; Springer et al., 2025)."""
 
     enabled: bool = Field(
         False,
@@ -815,8 +836,10 @@ class SurtSection(Section):
 
 
 class StabilitySection(Section):
-    """Methods for stable fine-tuning (Fu, So & Collier, 2023, "A stability analysis of fine-tuning a pre-trained
-    model") and the baselines they are compared with; each is off by default and combines with the adapter methods
+    """Stable fine-tuning methods (MMR, MHLoss, SURT, Mixout).
+
+    Those of Fu, So & Collier (2023, "A stability analysis of fine-tuning a pre-trained model") and the baselines
+    they are compared with; each is off by default and combines with the adapter methods
     where docs/stability.md says it does."""
 
     mmr: float = Field(
