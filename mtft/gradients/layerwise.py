@@ -319,8 +319,7 @@ class LayerwiseGradients:
         products = combination.get(module)
         if products is None:
             products = combination[module] = self._combination_products(module)
-        everyone = [(0, slice(0, record.grad.shape[record.dim]))]
-        record.rule.products(record.saved, everyone, record.grad, products)
+        record.rule.products(record.saved, _all_rows(record.grad.shape[record.dim]), record.grad, products)
 
     # -- the passes over the tape ---------------------------------------------------------------------------
     def _products(self, keep: Collection[torch.Tensor]) -> Iterator[tuple[nn.Module, LayerProducts]]:
@@ -515,8 +514,7 @@ class LayerwiseGradients:
             products = self._combination_products(module)
             for record in self.tape.get(module, []):
                 grad = _scaled(record, weights)
-                everyone = [(0, slice(0, grad.shape[record.dim]))]
-                record.rule.products(record.saved, everyone, grad, products)
+                record.rule.products(record.saved, _all_rows(grad.shape[record.dim]), grad, products)
             out.update(_combined_values(products, self.world_size))
         return out
 
@@ -553,6 +551,13 @@ class LayerwiseGradients:
         if self.world_size > 1:
             torch.distributed.all_reduce(out)
         return out
+
+
+def _all_rows(rows: int) -> list[tuple[int, slice]]:
+    """A layer call's rows as one segment, for a product that weighs no objective apart (the combination Σ_t a_t g_t,
+    whose rows come scaled): none for a call without rows (a head none of the step's rows reached), which the rules
+    skip as they skip it in the per-objective products."""
+    return [(0, slice(0, rows))] if rows else []
 
 
 def _scaled(record: _Record, weights: torch.Tensor) -> torch.Tensor:

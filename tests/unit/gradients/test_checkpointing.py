@@ -13,12 +13,14 @@ from mtft.training.gram_step import GramWeightedStep
 from mtft.training.step import LossWeightedStep
 from mtft.weighting import MeanWeighting
 from tests.unit.gradients.test_gradients import MIXED, FakeEngine, make_batch
-from tests.unit.gradients.test_layerwise import MODELS, Fixed
-
-HALVES = [{k: v[:4] for k, v in MIXED.items()}, {k: v[4:] for k, v in MIXED.items()}]
+from tests.unit.gradients.test_layerwise import MODELS, ONE_HEAD, Fixed
 
 
-def gram_step(make, tmp_path, checkpointing: bool, bufferless: bool, second_backward: bool = False):
+def halves(rows):
+    return [{k: v[:4] for k, v in rows.items()}, {k: v[4:] for k, v in rows.items()}]
+
+
+def gram_step(make, tmp_path, checkpointing: bool, bufferless: bool, second_backward: bool = False, rows=MIXED):
     model, tok = make(tmp_path)
     model = model.double().train()
     if checkpointing:
@@ -28,8 +30,8 @@ def gram_step(make, tmp_path, checkpointing: bool, bufferless: bool, second_back
     step = GramWeightedStep(
         FakeEngine(model), weighting, 3, 1, shared=params, bufferless=bufferless, second_backward=second_backward
     )
-    micro_batches = [MIXED] if second_backward else HALVES  # the second backward pass: one micro-batch a step
-    result = step([make_batch(tok, **rows) for rows in micro_batches])
+    micro_batches = [rows] if second_backward else halves(rows)  # the second backward pass: one micro-batch a step
+    result = step([make_batch(tok, **part) for part in micro_batches])
     return weighting.seen, [p.grad.clone() for p in params], step, result
 
 
@@ -38,11 +40,14 @@ MODES = {"buffered": (False, False), "bufferless": (True, False), "second_backwa
 
 @pytest.mark.parametrize("kind", ["full", "lora", "multi_lora"])
 @pytest.mark.parametrize("mode", sorted(MODES))
-def test_the_same_gram_and_update_with_checkpointing(tmp_path, kind, mode):
+@pytest.mark.parametrize("rows", ["mixed", "one_head"])
+def test_the_same_gram_and_update_with_checkpointing(tmp_path, kind, mode, rows):
     """With the second backward pass (bufferless_update: backward) the checkpointed layers are recomputed twice,
-    once in each backward pass, and hand their input over both times."""
-    gram, update, _, plain = gram_step(MODELS[kind], tmp_path / "a", False, *MODES[mode])
-    gram_c, update_c, step, result = gram_step(MODELS[kind], tmp_path / "b", True, *MODES[mode])
+    once in each backward pass, and hand their input over both times. ``one_head``: the second task's head runs on
+    no rows."""
+    layout = {"mixed": MIXED, "one_head": ONE_HEAD}[rows]
+    gram, update, _, plain = gram_step(MODELS[kind], tmp_path / "a", False, *MODES[mode], rows=layout)
+    gram_c, update_c, step, result = gram_step(MODELS[kind], tmp_path / "b", True, *MODES[mode], rows=layout)
     assert step.collector.recomputed  # the encoder's layers are recomputed
     assert not step.collector._inputs and not step.collector._waiting
     np.testing.assert_allclose(gram_c, gram, rtol=1e-12, atol=1e-15)

@@ -43,8 +43,10 @@ def mhloss(tmp_path):
 
 MODELS = {"full": full, "lora": lora_model, "multi_lora": multi_lora, "mhloss": mhloss}
 
-# rows of 3 objectives, mixed and padded; SPANNING: objective 0 has rows of both tasks
-ROWS = {"mixed": MIXED, "spanning": SPANNING}
+# rows of 3 objectives, mixed and padded; SPANNING: objective 0 has rows of both tasks; ONE_HEAD: every row is the
+# first task's, so the second task's head runs on no rows (a step of a multi-task run that drew none of its rows)
+ONE_HEAD = dict(objectives=[2, 0, 1, 1, 0, 2, 1, 0], heads=[0] * 8, labels=[1, 0, 0, 1, 0, 1, 1, 0])
+ROWS = {"mixed": MIXED, "spanning": SPANNING, "one_head": ONE_HEAD}
 
 
 def steps(model, bufferless: bool, weights, engine=None, **options):
