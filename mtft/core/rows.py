@@ -35,6 +35,13 @@ def labelled_rows(*, objective: Optional[torch.Tensor] = None, task: Optional[to
         _ROWS.reset(token)
 
 
+def declared_rows(kind: str) -> Optional[int]:
+    """How many rows the enclosing ``labelled_rows`` declares a ``kind`` for (None: none declared)."""
+    labels = _ROWS.get()
+    value = getattr(labels, kind) if labels is not None else None
+    return None if value is None else int(value.shape[0])
+
+
 def row_labels(kind: str, caller: str, rows: int) -> torch.Tensor:
     """The declared ``kind`` ("objective" or "task") of each of ``rows`` rows; a clear error when undeclared."""
     labels = _ROWS.get()

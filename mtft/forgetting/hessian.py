@@ -21,8 +21,7 @@ from typing import Callable, Mapping, Optional
 import numpy as np
 import torch
 
-from mtft.core.labels import IGNORE_INDEX
-from mtft.forgetting.mlm import MaskedLM, eager_attention, evaluating
+from mtft.forgetting.mlm import EncoderLoss, eager_attention, evaluating
 
 Vector = list[torch.Tensor]
 KRYLOV = 20  # basis vectors per Lanczos cycle (as ARPACK's default ncv for one eigenvalue)
@@ -54,7 +53,7 @@ class LpObjective:
 
     def __init__(
         self,
-        mlm: MaskedLM,
+        mlm: EncoderLoss,
         names: list[str],
         batches: Mapping[str, list[dict[str, torch.Tensor]]],
         device,
@@ -63,7 +62,7 @@ class LpObjective:
         self.mlm, self.names, self.device = mlm, names, device
         self.batches = {lang: [{k: v.to(device) for k, v in b.items()} for b in bs] for lang, bs in batches.items()}
         self.fixed = fixed or {}
-        counts = {lang: sum(int((b["labels"] != IGNORE_INDEX).sum()) for b in bs) for lang, bs in self.batches.items()}
+        counts = {lang: sum(mlm.targets(b) for b in bs) for lang, bs in self.batches.items()}
         # each batch's loss sum enters L_p with this weight
         self.scale = {lang: 1.0 / (counts[lang] * len(self.batches)) for lang in self.batches}
 

@@ -26,28 +26,23 @@ from mtft.core.rows import labelled_rows
 from mtft.core.shards import sharded_map
 from mtft.models.folders import LOAD_ERRORS, check_backbone_code, first_line
 from mtft.models.loading import listing, load_pretrained, modules
+from mtft.models.named_backbones import local_backbone
 from mtft.reporting.logs import logger
 
 
-class MaskedLM(nn.Module):
-    """``encoder`` (shared, not copied) + MLM ``head``. ``forward`` returns (loss sum, masked-token count)."""
+class EncoderLoss(nn.Module):
+    """A pre-training loss L_p of ``encoder`` (shared, not copied): ``forward(**batch)`` returns (loss sum, number of
+    targets), :meth:`targets` counts a batch's targets without running it. Every row is routed to one task adapter
+    (Multi-LoRA), :attr:`adapter`. The masked-LM loss here, e5's contrastive loss in
+    :mod:`mtft.forgetting.contrastive`."""
 
-    def __init__(self, encoder: nn.Module, head: nn.Module, tied_output: Optional[nn.Module] = None):
+    def __init__(self, encoder: nn.Module):
         super().__init__()
         self.encoder = encoder
-        self.head = head
-        if tied_output is not None:
-            tied_output.weight = encoder.get_input_embeddings().weight
         self.adapter = 0  # the task adapter (Multi-LoRA) that every row is routed to
 
-    def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        hidden = self.hidden(input_ids, attention_mask)
-        targets = labels != IGNORE_INDEX
-        logits = self.head(hidden[targets])
-        loss = nn.functional.cross_entropy(logits.float(), labels[targets], reduction="sum")
-        return loss, targets.sum()
+    def targets(self, batch: dict[str, torch.Tensor]) -> int:
+        raise NotImplementedError
 
     def hidden(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, layer: Optional[int] = None
@@ -69,6 +64,28 @@ class MaskedLM(nn.Module):
             yield
         finally:
             self.adapter = previous
+
+
+class MaskedLM(EncoderLoss):
+    """``encoder`` + MLM ``head``. ``forward`` returns (loss sum, masked-token count)."""
+
+    def __init__(self, encoder: nn.Module, head: nn.Module, tied_output: Optional[nn.Module] = None):
+        super().__init__(encoder)
+        self.head = head
+        if tied_output is not None:
+            tied_output.weight = encoder.get_input_embeddings().weight
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden = self.hidden(input_ids, attention_mask)
+        targets = labels != IGNORE_INDEX
+        logits = self.head(hidden[targets])
+        loss = nn.functional.cross_entropy(logits.float(), labels[targets], reduction="sum")
+        return loss, targets.sum()
+
+    def targets(self, batch: dict[str, torch.Tensor]) -> int:
+        return int((batch["labels"] != IGNORE_INDEX).sum())
 
 
 def split_mlm_model(mlm: nn.Module) -> tuple[nn.Module, nn.Module, Optional[nn.Module]]:
@@ -104,11 +121,12 @@ def load_mlm_model(
 def load_mlm_checkpoint(backbone: str, revision: Optional[str], trust_remote_code: bool) -> tuple[nn.Module, list[str]]:
     """(the checkpoint as a masked-LM, the head parameters it lacked). Checkpoint modules a masked-LM does not use
     (a pooler, a next-sentence head) are ignored in one log line; encoder weights it lacks are a warning."""
-    check_backbone_code(backbone, trust_remote_code)
+    source = local_backbone(backbone)
+    check_backbone_code(source, trust_remote_code)
     try:
         with torch.random.fork_rng(devices=[]):  # initialising what the checkpoint lacks must not move the run's RNG
             model, info = load_pretrained(
-                AutoModelForMaskedLM, backbone, revision=revision, trust_remote_code=trust_remote_code
+                AutoModelForMaskedLM, source, revision=revision, trust_remote_code=trust_remote_code
             )
     except LOAD_ERRORS as exc:
         first = first_line(exc)
@@ -167,7 +185,7 @@ def evaluating(module: nn.Module) -> Iterator[None]:
 
 
 @torch.no_grad()
-def lp_sums(mlm: MaskedLM, batches: list[dict[str, torch.Tensor]], device, shard: bool = False) -> tuple[float, int]:
+def lp_sums(mlm: EncoderLoss, batches: list[dict[str, torch.Tensor]], device, shard: bool = False) -> tuple[float, int]:
     """Σ loss and number of masked tokens over ``batches`` (float64 accumulation; eval mode, eager attention).
 
     ``shard``: called alike by every data-parallel rank, each rank runs its share of the batches
@@ -188,7 +206,7 @@ def lp_sums(mlm: MaskedLM, batches: list[dict[str, torch.Tensor]], device, shard
     return total, count
 
 
-def lp_per_language(mlm: MaskedLM, eval_set, batch_size: int, device, shard: bool = False) -> dict[str, float]:
+def lp_per_language(mlm: EncoderLoss, eval_set, batch_size: int, device, shard: bool = False) -> dict[str, float]:
     """L_p per language: the mean masked-LM loss over that language's masked tokens (``shard``: as in
     :func:`lp_sums`)."""
     out = {}

@@ -28,18 +28,27 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Protocol
+from typing import Any, Optional, Protocol, Union
 
 import torch
 
 from mtft.adapters import build_method
 from mtft.config.paths import cache_dir
-from mtft.config.schema import CorpusSection, DataSection, ForgettingSection, HeadFitSection, ModelSection
+from mtft.config.schema import (
+    ContrastiveSection,
+    CorpusSection,
+    DataSection,
+    ForgettingSection,
+    HeadFitSection,
+    ModelSection,
+)
 from mtft.core.errors import ConfigError
+from mtft.forgetting.contrastive import ContrastiveLp, ParallelEvalSet, build_parallel_eval_set
 from mtft.forgetting.corpus import MlmEvalSet, build_eval_set, corpus_languages
 from mtft.forgetting.head_fit import fitted_head
 from mtft.forgetting.hessian import EigenResult, LpObjective, top_eigenvalue
 from mtft.forgetting.mlm import (
+    EncoderLoss,
     attach_head,
     eager_attention,
     evaluating,
@@ -51,6 +60,7 @@ from mtft.forgetting.mlm import (
 from mtft.forgetting.probe import gaussian_probe, init_stds, probe_lp, write_probe_json
 from mtft.forgetting.replica import EncoderReplica
 from mtft.forgetting.retrieval import RetrievalSet, build_retrieval_set
+from mtft.models.named_backbones import local_backbone
 from mtft.reporting.logs import logger
 
 LAMBDA_VERSION = "2"  # 2: Lanczos restarted by mtft itself, within the product budget (was ARPACK)
@@ -74,7 +84,7 @@ class ForgettingSetup:
     """What the monitors need that can fail on bad input, prepared before the run directory is written."""
 
     settings: MonitorSettings
-    eval_set: MlmEvalSet
+    eval_set: Union[MlmEvalSet, ParallelEvalSet]
     model: ModelSection  # config.model with its backbone resolved (pre-trained by the prelude, re-trained by SURT)
     mlm_model: Optional[torch.nn.Module] = None  # the backbone as a masked-LM (None: a fresh head on the encoder)
     lp_head: str = FRESH_HEAD  # how L_p's masked-LM head was obtained, for the log and the report
@@ -98,14 +108,23 @@ def prepare_forgetting(settings: MonitorSettings, model: ModelSection, data) -> 
             "synthetic corpus; set corpus.path to generic text in your backbone's languages"
         )
     languages = corpus_languages(corpus, [lang for td in data.tasks.values() for lang in td.languages])
-    eval_set = build_eval_set(corpus, settings.data, data.tokenizer, languages, settings.data.max_length)
+    eval_set: Union[MlmEvalSet, ParallelEvalSet]
+    if cfg.lp == "contrastive":
+        eval_set = build_parallel_eval_set(
+            cfg.contrastive, corpus, settings.data, data.tokenizer, languages, settings.data.max_length
+        )
+    else:
+        eval_set = build_eval_set(corpus, settings.data, data.tokenizer, languages, settings.data.max_length)
     check_fixed_batches(cfg, corpus, eval_set)
     retrieval = (
         build_retrieval_set(cfg, corpus, settings.data, data.tokenizer, languages) if cfg.retrieval.enabled else None
     )
-    mlm_model, lp_head = masked_lm_for_lp(model, data.tokenizer, cfg.head_fit, corpus, settings.data, languages)
+    if cfg.lp == "contrastive":
+        mlm_model, lp_head = None, contrastive_description(cfg.contrastive, eval_set.pivot)
+    else:
+        mlm_model, lp_head = masked_lm_for_lp(model, data.tokenizer, cfg.head_fit, corpus, settings.data, languages)
     if retrieval is not None and cfg.retrieval.layer is not None:
-        layers = model.tiny.num_hidden_layers if mlm_model is None else mlm_model.config.num_hidden_layers
+        layers = encoder_layers(model, mlm_model)
         if cfg.retrieval.layer > layers:
             raise ConfigError(
                 f"forgetting.retrieval.layer={cfg.retrieval.layer}: the encoder has {layers} layers (0 is the "
@@ -114,7 +133,27 @@ def prepare_forgetting(settings: MonitorSettings, model: ModelSection, data) -> 
     return ForgettingSetup(settings, eval_set, model, mlm_model, lp_head, retrieval)
 
 
-def check_fixed_batches(forgetting: ForgettingSection, corpus: CorpusSection, eval_set: MlmEvalSet) -> None:
+def contrastive_description(cfg: ContrastiveSection, pivot: str) -> str:
+    return (
+        f"the encoder's own contrastive loss (InfoNCE, τ = {cfg.temperature:g}, in-batch negatives; "
+        f"{cfg.query_prefix.strip()!r} + each language's sentence against {cfg.passage_prefix.strip()!r} + the "
+        f"{pivot} translations)"
+    )
+
+
+def encoder_layers(model: ModelSection, mlm_model) -> int:
+    if mlm_model is not None:
+        return mlm_model.config.num_hidden_layers
+    if model.backbone == "tiny":
+        return model.tiny.num_hidden_layers
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(local_backbone(model.backbone), revision=model.revision).num_hidden_layers
+
+
+def check_fixed_batches(
+    forgetting: ForgettingSection, corpus: CorpusSection, eval_set: Union[MlmEvalSet, ParallelEvalSet]
+) -> None:
     """λ_p and the second-order prediction average the masked-LM loss over each language's first N held-out texts
     (forgetting.hessian_examples, forgetting.prediction_examples); the masks are drawn at random, so a few short
     texts can hold no masked token, and that language's mean loss would be 0/0. Refused, naming the fewest that do.
@@ -218,10 +257,15 @@ class ForgettingMonitor:
                 f"{sum(p.numel() for p in self.replica.target):,} trainable ones refreshed after every step"
             )
         self.lp_head = setup.lp_head
-        self.mlm_model = setup.mlm_model
-        if self.mlm_model is None:
-            self.mlm_model = load_mlm_model(model.backbone, model.revision, model.trust_remote_code, encoder.config)
-        self.mlm = attach_head(encoder, self.mlm_model)
+        self.mlm: EncoderLoss
+        if self.cfg.lp == "contrastive":  # the encoder's own pre-training loss needs no head
+            self.mlm_model, self.fresh_config = None, encoder.config
+            self.mlm = ContrastiveLp(encoder, self.cfg.contrastive.temperature)
+        else:
+            self.mlm_model = setup.mlm_model
+            if self.mlm_model is None:
+                self.mlm_model = load_mlm_model(model.backbone, model.revision, model.trust_remote_code, encoder.config)
+            self.mlm, self.fresh_config = attach_head(encoder, self.mlm_model), self.mlm_model.config
         self.tracker = build_method(model.adapter).tracker(encoder, data.head_tasks(), data.objective_names)
         self.groups = self.tracker.groups
         names, fixed = self.tracker.hessian_subset()
@@ -287,6 +331,7 @@ class ForgettingMonitor:
             "hessian_examples_per_language": self.cfg.hessian_examples,
             "prediction_examples_per_language": self.cfg.prediction_examples,
             "lp_batch_pretrained": self.lp_batch_pretrained,
+            "lp": self.cfg.lp,
             "lp_head": self.lp_head,
             **{f"lp_pretrained/{lang}": v for lang, v in self.lp_pretrained.items()},
             **{k.replace("retrieval", "retrieval_pretrained", 1): v for k, v in self.retrieval_pretrained.items()},
@@ -445,7 +490,9 @@ class ForgettingMonitor:
         write_probe_json(self.run_dir / "probe.json", results)
 
     def _fresh_model(self):
-        return load_mlm_model("tiny", None, False, self.mlm_model.config)
+        """A freshly initialised masked-LM of the encoder's config: the probe's initialisation scales (its head's
+        are used only when L_p has a head)."""
+        return load_mlm_model("tiny", None, False, self.fresh_config)
 
     # ---------------------------------------------------------------------------------------------
     def _lambda_p(self) -> tuple[EigenResult, bool]:

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from mtft.core.atomic import write_text
-from mtft.forgetting.mlm import MaskedLM, lp_per_language
+from mtft.forgetting.mlm import EncoderLoss, lp_per_language
 
 #: ``model_type`` of the families whose ``_init_weights`` is transformers' default for linear and embedding weights,
 #: N(0, config.initializer_range) (checked against transformers 5's source); others use the fallback of
@@ -35,7 +35,7 @@ from mtft.forgetting.mlm import MaskedLM, lp_per_language
 NORMAL_INIT = frozenset({"xlm-roberta", "xlm-roberta-xl", "roberta", "camembert", "bert", "electra", "mpnet"})
 
 
-def init_stds(mlm: MaskedLM, fresh: nn.Module) -> dict[str, float]:
+def init_stds(mlm: EncoderLoss, fresh: nn.Module) -> dict[str, float]:
     """σ_init of every parameter of ``mlm``, under each name it is reached by (a tied weight has two), from
     ``fresh``, a freshly initialised ``…ForMaskedLM`` of the same config. Names are matched after mapping the
     encoder prefix and dropping (Multi-)LoRA's ``base_layer``; the adapters' own A and B get 0.
@@ -144,7 +144,7 @@ def gaussian_probe(
     return result
 
 
-def probe_lp(mlm: MaskedLM, eval_set, batch_size: int, device) -> Callable[[], dict[str, float]]:
+def probe_lp(mlm: EncoderLoss, eval_set, batch_size: int, device) -> Callable[[], dict[str, float]]:
     return lambda: lp_per_language(mlm, eval_set, batch_size, device)
 
 

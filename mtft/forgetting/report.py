@@ -42,12 +42,17 @@ def _forgetting(run_dir: Path, events: list[dict[str, Any]]) -> list[str]:
     converged = (
         "converged" if eigen["eigen_converged"] else "**not converged** (a lower estimate: the bounds may be too low)"
     )
+    if eigen.get("lp") == "contrastive":
+        what = f"L_p is {eigen['lp_head']} on held-out parallel sentences ({', '.join(languages)})"
+    else:
+        what = (
+            f"L_p is the masked-LM loss on held-out generic text ({', '.join(languages)}; fixed masks) through "
+            f"{eigen.get('lp_head', OWN_HEAD)}"
+        )
     lines = [
         "## Forgetting (Theorem 1)",
         "",
-        f"L_p is the masked-LM loss on held-out generic text ({', '.join(languages)}; fixed masks) through "
-        f"{eigen.get('lp_head', OWN_HEAD)}; F_p = L_p(θ) − L_p(θ_p), averaged over "
-        "languages. "
+        f"{what}; F_p = L_p(θ) − L_p(θ_p), averaged over languages. "
         f"λ_p = **{eigen['lambda_p']:.4g}** (largest eigenvalue of ∇²L_p(θ_p) over {eigen['parameters']:,} parameters "
         f"on a fixed batch of {eigen['hessian_examples_per_language']} texts per language; {eigen['eigen_method']}, "
         f"{eigen['eigen_products']} Hessian-vector products, residual {eigen['eigen_residual']:.1e}, {converged}"

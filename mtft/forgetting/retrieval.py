@@ -173,11 +173,15 @@ def aligned(pair: str, source: Sequence, target: Sequence, max_sentences: int) -
 class RetrievalSet:
     """The bitexts of a run, tokenised once; :meth:`accuracy` embeds them with the encoder as it is now."""
 
-    def __init__(self, bitexts: Sequence[Bitext], tokenizer, max_length: int, batch_size: int):
+    def __init__(self, bitexts: Sequence[Bitext], tokenizer, max_length: int, batch_size: int, prefix: str = ""):
+        """``prefix``: written before every sentence (E5 embeds bitext as "query: " + text)."""
         self.pairs = [b.pair for b in bitexts]
         self.batch_size = batch_size
         self.batches = {
-            b.pair: [self._batches(tokenizer, texts, max_length) for texts in (b.source, b.target)] for b in bitexts
+            b.pair: [
+                self._batches(tokenizer, [prefix + t for t in texts], max_length) for texts in (b.source, b.target)
+            ]
+            for b in bitexts
         }
         self.sizes = {b.pair: len(b.source) for b in bitexts}
 
@@ -221,4 +225,4 @@ def build_retrieval_set(
     pairs = retrieval_pairs(retrieval, languages)
     check_bitext_files(retrieval, corpus, data, pairs)
     bitexts = [load_bitext(retrieval, corpus, data, pair) for pair in pairs]
-    return RetrievalSet(bitexts, tokenizer, data.max_length, forgetting.batch_size)
+    return RetrievalSet(bitexts, tokenizer, data.max_length, forgetting.batch_size, retrieval.prefix)

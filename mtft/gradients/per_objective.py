@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from mtft.core.per_objective import SegmentList, Segments
-from mtft.core.rows import row_labels
+from mtft.core.rows import declared_rows, row_labels
 from mtft.gradients.layers import Rule
 from mtft.gradients.row_sparse import RowSparseBuffer
 from mtft.gradients.shapes import full_numel, full_shape
@@ -236,6 +236,11 @@ class PerObjectiveGradients(FirstWriteProducts):
     # ------------------------------------------------------------------------------------------------
     def attach(self) -> "PerObjectiveGradients":
         self._handles = [m.register_forward_hook(self._forward_hook) for m in self.modules]
+        self._handles += [
+            m.register_forward_pre_hook(self._one_lookup_per_row)
+            for m in self.modules
+            if isinstance(m, nn.Embedding) and self.rules[m].layer is None
+        ]
         return self
 
     def detach(self) -> None:
@@ -299,6 +304,19 @@ class PerObjectiveGradients(FirstWriteProducts):
         return self.sparse[param].full() if param in self.sparse else self.views[param]
 
     # ------------------------------------------------------------------------------------------------
+    def _one_lookup_per_row(self, module: nn.Module, inputs: tuple[Any, ...]) -> Optional[tuple[Any, ...]]:
+        """An embedding looked up once for the whole batch -- BERT's absolute positions, ``position_ids`` of shape
+        (1, length), broadcast over the rows -- gets the summed gradient of every row, which no objective can be
+        told apart in: while the gradients are captured, its ids are expanded to one lookup per row (the same
+        values, so the same forward pass), and each row's gradient reaches the row's objective."""
+        if not (self._active or self._replaying):
+            return None
+        ids, *rest = inputs
+        rows = declared_rows("objective")
+        if not isinstance(ids, torch.Tensor) or ids.dim() < 1 or ids.shape[0] != 1 or rows is None or rows == 1:
+            return None
+        return (ids.expand(rows, *ids.shape[1:]), *rest)
+
     def _forward_hook(self, module: nn.Module, inputs: tuple[Any, ...], output: torch.Tensor) -> Optional[torch.Tensor]:
         if self._replaying and module in self.recomputed:  # activation checkpointing recomputes the layer
             self._inputs.setdefault(module, []).append(self.rules[module].saved(inputs, output)[0])

@@ -17,6 +17,8 @@ from mtft.config.schema import ModelSection
 from mtft.core.errors import ConfigError, echo
 from mtft.models.folders import LOAD_ERRORS, check_backbone_code, first_line
 from mtft.models.loading import load_pretrained, report_encoder_load
+from mtft.models.named_backbones import check_named_backbone, local_backbone
+from mtft.reporting.logs import logger
 
 
 def build_encoder(cfg: ModelSection, tokenizer, max_length: int, init_seed: int) -> PreTrainedModel:
@@ -37,7 +39,7 @@ def check_backbone(cfg: ModelSection) -> None:
     path that does not exist, or -- with the Hub offline (``HF_HUB_OFFLINE=1``) -- a Hub id missing from the Hugging
     Face cache. Online, a Hub id is left to ``from_pretrained`` (checking it would cost a request)."""
     name = cfg.backbone
-    if name == "tiny":
+    if name == "tiny" or check_named_backbone(name):
         return
     what = f"model.backbone={echo(name)}"
     folder = Path(name)
@@ -80,14 +82,18 @@ def tiny_config(cfg: ModelSection, tokenizer, max_length: int) -> XLMRobertaConf
 
 def _pretrained(cfg: ModelSection) -> PreTrainedModel:
     options = dict(revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
-    check_backbone_code(cfg.backbone, cfg.trust_remote_code)
+    source = local_backbone(cfg.backbone)
+    check_backbone_code(source, cfg.trust_remote_code)
     try:
-        config = AutoConfig.from_pretrained(cfg.backbone, **options)
+        config = AutoConfig.from_pretrained(source, **options)
         if cfg.dropout is not None:
             for key in ("hidden_dropout_prob", "attention_probs_dropout_prob", "dropout", "attention_dropout"):
                 if hasattr(config, key):
                     setattr(config, key, cfg.dropout)
-        encoder, info = load_pretrained(AutoModel, cfg.backbone, config=config, **options)
+        if cfg.weights == "random":  # the control: the same architecture, nothing of pre-training
+            logger.info(f"model.weights=random: {cfg.backbone}'s architecture, freshly initialised")
+            return AutoModel.from_config(config, trust_remote_code=cfg.trust_remote_code)
+        encoder, info = load_pretrained(AutoModel, source, config=config, **options)
     except LOAD_ERRORS as exc:
         first = first_line(exc)
         raise ConfigError(f"cannot load model.backbone={cfg.backbone!r}: {first}") from None

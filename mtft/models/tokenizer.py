@@ -25,6 +25,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from mtft.core.errors import ConfigError
 from mtft.models.folders import LOAD_ERRORS, check_backbone_code, first_line
+from mtft.models.named_backbones import local_backbone
 
 SPECIAL_TOKENS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 
@@ -34,9 +35,10 @@ UNSPACED_CHARACTER = "[\u0e00-\u0e7f\u1000-\u109f\u3040-\u30ff\u3400-\u4dbf\u4e0
 
 
 def load_backbone_tokenizer(backbone: str, revision: Optional[str], trust_remote_code: bool):
-    check_backbone_code(backbone, trust_remote_code)
+    source = local_backbone(backbone)
+    check_backbone_code(source, trust_remote_code)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(backbone, revision=revision, trust_remote_code=trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(source, revision=revision, trust_remote_code=trust_remote_code)
     except LOAD_ERRORS as exc:
         raise ConfigError(f"cannot load the tokenizer of model.backbone={backbone!r}: {first_line(exc)}") from None
     if not getattr(tokenizer, "is_fast", False):

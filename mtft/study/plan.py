@@ -98,7 +98,7 @@ def plan_runs(spec: StudySpec, base: Path, study_file: Path) -> list[PlannedRun]
     if not cells:
         raise ConfigError(f"{study_file}: exclude leaves out every cell of the study; there is nothing to run")
     for cell in cells:
-        for seed in spec.seed_list:
+        for seed in spec.seeds_of(cell.axes):
             runs.append(_planned(spec, raw_base, study_file, cell, seed, None, checked))
             runs += [_planned(spec, raw_base, study_file, cell, seed, draw, checked) for draw in draws]
     return runs

@@ -62,8 +62,11 @@ def run_study(spec: StudySpec, base: Path, study_file: Path, report_only: bool =
                 recover_status(status_path(root, run), run.run_dir)
             todo = [run for run in runs if not is_finished(run.run_dir)]
             pairs = f" (+ {spec.leave_one_out.draws} leave-one-out run(s) each)" if spec.leave_one_out else ""
+            seeds = f"{len(spec.seed_list)} seeds" + (
+                " (fewer for some cells: fewer_seeds)" if spec.fewer_seeds else ""
+            )
             print(
-                f"[mtft] study {spec.name}: {len(expand_cells(spec))} cells x {len(spec.seed_list)} seeds{pairs} = "
+                f"[mtft] study {spec.name}: {len(expand_cells(spec))} cells x {seeds}{pairs} = "
                 f"{len(runs)} runs, {len(runs) - len(todo)} finished, {len(todo)} to run -> {root}",
                 flush=True,
             )

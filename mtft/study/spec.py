@@ -37,6 +37,13 @@ class Variant(_Section):
         return name_value(value, "variant name")
 
 
+class FewerSeeds(_Section):
+    cells: dict[str, Any] = Field(
+        ..., description="A partial cell, axis -> value (as an exclude entry): the cells matching every pair."
+    )
+    num_seeds: int = Field(..., ge=1, description="How many of the study's seeds (the first) those cells run.")
+
+
 class LeaveOneOutSection(_Section):
     """Paired runs on S^i for the leave-one-out model stability (Fu, So & Collier, 2023, Def. 2.1 and 2.3)."""
 
@@ -157,6 +164,12 @@ class StudySpec(_Section):
         description="Cells left out of the product: each entry is axis -> value (a partial cell, e.g. {variant: "
         "lfmlf-adam-metric, setup: full-sgd}); a cell matching every pair of any entry is not run.",
     )
+    fewer_seeds: list[FewerSeeds] = Field(
+        default_factory=list,
+        description="Cells that run only the first num_seeds of the seeds: comparisons around a powered core at "
+        "less cost, e.g. [{cells: {variant: cagrad}, num_seeds: 3}]; a paired difference uses the seeds both cells "
+        "ran. A cell matching several entries runs the fewest.",
+    )
     seeds: Optional[list[int]] = Field(None, description="Fine-tuning seeds (run.seed) of every cell.")
     num_seeds: Optional[int] = Field(None, ge=1, description="Seeds 0..num_seeds-1 (instead of seeds).")
     seed_keys: list[str] = Field(
@@ -270,6 +283,14 @@ class StudySpec(_Section):
             if not entry:
                 raise ValueError(f"exclude[{index}] is empty: it would leave out every cell")
             self._check_coordinates(entry, f"exclude[{index}]")
+        for index, fewer in enumerate(self.fewer_seeds):
+            if not fewer.cells:
+                raise ValueError(f"fewer_seeds[{index}].cells is empty; give num_seeds for the whole study instead")
+            self._check_coordinates(fewer.cells, f"fewer_seeds[{index}].cells")
+            if fewer.num_seeds > len(self.seed_list):
+                raise ValueError(
+                    f"fewer_seeds[{index}]: num_seeds={fewer.num_seeds} exceeds the study's {len(self.seed_list)} seeds"
+                )
         return self
 
     def _check_coordinates(self, coordinates: dict[str, Any], where: str) -> None:
@@ -299,6 +320,12 @@ class StudySpec(_Section):
     @property
     def seed_list(self) -> list[int]:
         return list(self.seeds) if self.seeds is not None else list(range(self.num_seeds or 0))
+
+    def seeds_of(self, axes: dict[str, Any]) -> list[int]:
+        """The seeds the cell with these axis values runs: the study's, or the first ``num_seeds`` of them where a
+        ``fewer_seeds`` entry matches (the fewest of those that do)."""
+        counts = [f.num_seeds for f in self.fewer_seeds if all(axes.get(k) == v for k, v in f.cells.items())]
+        return self.seed_list[: min(counts)] if counts else self.seed_list
 
     @property
     def directory(self) -> Path:

@@ -40,6 +40,7 @@ from mtft.training.rundir import create_run_dir
 from mtft.training.setup import build_model, make_tokenizer_factory, shared_parameters
 from mtft.training.step import LossWeightedStep, StepResult
 from mtft.training.surt import surt_backbone
+from mtft.training.vocabulary import reduced_backbone
 from mtft.weighting import Weighting, build_weighting
 
 if TYPE_CHECKING:  # imported by the engine's construction only where it runs (deepspeed is slow to import)
@@ -74,6 +75,7 @@ def build_run(config: RunConfig, proc: ProcessInfo, resuming: bool) -> RunParts:
     with one_module_per_dataset():  # the monitors' and pre-training's text too, beside the tasks' splits
         start = pretrained_backbone(config, proc)  # pretrain.before_finetune: the cached checkpoint
         start = surt_backbone(config, start, proc)  # stability.surt: re-trained on task text
+        start = reduced_backbone(config, start, proc)  # model.vocabulary: used: cut to the run's word pieces
         data = _prepare_data_rank0_first(config, start, proc)
         forgetting = prepare_forgetting(monitor_settings(config), start, data)
     # built before the run directory: a bad backbone or adapter writes nothing

@@ -241,7 +241,9 @@ def prelude_key(config: RunConfig, languages: list[str], texts: Sequence[str] = 
     (``texts``: the task texts a tiny tokenizer is trained on besides the corpus), with the process count and ZeRO
     stage of the launch (:func:`mtft.training.stage_cache.stage_key`); ``run.seed`` is not part of it, so the
     seeds of a study share one pre-trained backbone (it follows ``pretrain.seed``)."""
-    model = config.model.model_dump(mode="json", exclude={"adapter", "classifier_dropout"})
+    # the keys that cannot differ for the tiny encoder it pre-trains (vocabulary, weights) are left out: the keys of
+    # checkpoints cached before they existed stay valid
+    model = config.model.model_dump(mode="json", exclude={"adapter", "classifier_dropout", "vocabulary", "weights"})
     parts = {
         "version": PRETRAIN_VERSION,
         "model": model,

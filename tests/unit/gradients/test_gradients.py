@@ -286,3 +286,43 @@ def test_a_leaf_made_for_an_output_gradient_keeps_no_grad(tmp_path):
     [leaf] = seen
     assert leaf.is_leaf and leaf.requires_grad and leaf.grad is None
     assert collector.sparse[model.encoder.embeddings.word_embeddings.weight].touched().numel() > 0  # the hook ran
+
+
+def bert_model(tmp_path):
+    """Full fine-tuning of a small BERT (mBERT, mE5, MiniLM): its absolute position embedding is looked up once for
+    the whole batch, position_ids of shape (1, length), and broadcast over the rows."""
+    from transformers import AutoModel
+
+    from mtft.models.heads import SequenceClassificationHead
+    from mtft.models.multitask import MultiTaskModel
+    from tests.unit.models.tiny_bert import corpus_lines, tiny_bert, wordpiece_tokenizer
+
+    tok = wordpiece_tokenizer(tmp_path / "vocab", corpus_lines("en")[:200] + TEXTS * 20, vocab_size=300)
+    encoder = AutoModel.from_pretrained(str(tiny_bert(tmp_path / "bert", tok)), add_pooling_layer=False)
+    heads = {
+        "a": SequenceClassificationHead(32, ["x", "y"], 0.0),
+        "b": SequenceClassificationHead(32, list("pqr"), 0.0),
+    }
+    return MultiTaskModel(encoder, heads, 3), tok
+
+
+@pytest.mark.parametrize("bufferless", [False, True])
+def test_a_position_embedding_shared_by_the_rows_gets_each_rows_gradient(tmp_path, bufferless):
+    """Every objective's gradient of BERT's position embeddings (and of every other weight) equals the float64
+    reference; without one lookup per row, the broadcast lookup's gradient is every row's sum and the hook could
+    not attribute it (the run stopped at its first step)."""
+    model, tok = bert_model(tmp_path)
+    model = model.double()
+    batch = make_batch(tok, **MIXED)
+    got, params = hooked_gradients(model, batch, 3)
+    expected = reference_objective_gradients(model, batch, params, 3)
+    torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
+    position = model.encoder.embeddings.position_embeddings.weight
+    index = [i for i, p in enumerate(params) if p is position][0]
+    offset = sum(p.numel() for p in params[:index])
+    assert (expected[:, offset : offset + position.numel()].abs().sum(1) > 0).all()  # each objective's own rows
+    step = GramWeightedStep(
+        FakeEngine(model), FixedGramWeighting([0.5, 0.2, 0.3]), 3, 1, shared=params, bufferless=bufferless
+    )
+    step([make_batch(tok, **MIXED)])  # the step itself, buffered and bufferless, on the same model
+    assert all(p.grad is not None for p in params)
