@@ -24,7 +24,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -34,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
-from lfmlf_step import _rss_mib, engine_for, make_step  # noqa: E402
+from lfmlf_step import engine_for, make_step, peak_rss_during  # noqa: E402
 from transformers import AutoModel, AutoTokenizer  # noqa: E402
 
 from mtft.adapters import build_method  # noqa: E402
@@ -123,21 +122,8 @@ def memory_child(args) -> None:
     engine = engine_for(model)
     step = make_step(KINDS[args.memory_of], engine, T)
     data = batch(tokenizer, args.shapes[0])
-    peak, done = [0.0], threading.Event()
-
-    def sample() -> None:
-        while not done.is_set():
-            peak[0] = max(peak[0], _rss_mib())
-            time.sleep(0.001)
-
-    built = _rss_mib()
-    sampler = threading.Thread(target=sample)
-    sampler.start()
-    for _ in range(2):
-        step([dict(data)])
-    done.set()
-    sampler.join()
-    print(json.dumps({"built_mib": built, "peak_mib": peak[0]}))
+    built, peak = peak_rss_during(lambda: [step([dict(data)]) for _ in range(2)])
+    print(json.dumps({"built_mib": built, "peak_mib": peak}))
 
 
 def main() -> None:

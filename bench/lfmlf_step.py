@@ -322,6 +322,13 @@ def memory_child(args) -> None:
     engine = engine_for(model)
     batch = make_batch(args.objectives, args.batch, args.length)
     step = make_step(args.memory_of, engine, args.objectives, args.chunk_mb)
+    base, peak = peak_rss_during(lambda: [step([dict(batch)]) for _ in range(args.steps)])
+    print(json.dumps({"peak_growth_mib": peak - base}))
+
+
+def peak_rss_during(work) -> tuple[float, float]:
+    """(resident set before ``work()``, its peak while ``work()`` runs), in MiB, sampled every millisecond
+    (ru_maxrss is a lifetime high-water mark that start-up may already have set)."""
     peak, done = [0.0], threading.Event()
 
     def sample() -> None:
@@ -332,11 +339,10 @@ def memory_child(args) -> None:
     base = _rss_mib()
     sampler = threading.Thread(target=sample)
     sampler.start()
-    for _ in range(args.steps):
-        step([dict(batch)])
+    work()
     done.set()
     sampler.join()
-    print(json.dumps({"peak_growth_mib": peak[0] - base}))
+    return base, max(peak[0], base)
 
 
 def bytes_table(objectives: int = 48) -> None:

