@@ -75,7 +75,10 @@ def _evaluate_run(run_dir: Path, out: Path, overrides: Sequence[str], checkpoint
     datasets.disable_progress_bars()
     trained = trained_languages(run.config.data, run.config.evaluation.split)
     tokenizer = run.loaded.tokenizer
-    data = prepare_data(config.data, config.evaluation.split, config.weighting.objectives, lambda _: tokenizer, trained)
+    heads = {name: run.label_names(name) for name in run.tasks}  # what the run's heads mean by a label id
+    data = prepare_data(
+        config.data, config.evaluation.split, config.weighting.objectives, lambda _: tokenizer, trained, heads
+    )
     _route_like_the_run(data, run)
     result = evaluate(run.loaded.model, data, BatchBuilder(data), config.evaluation.batch_size, "cpu")
     result.metrics.update(majority_baselines(data))

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from mtft.api.inputs import from_records, load_input, prepare_input
 from mtft.config.run_config import RunConfig
-from mtft.core.errors import CheckpointError, ConfigError, DataError
+from mtft.core.errors import CheckpointError, ConfigError, DataError, shorten
 from mtft.core.output import OutputPolicy
 from mtft.core.registry import plugin_code
 from mtft.data.batching import BatchBuilder
@@ -67,6 +67,11 @@ def read_input(
     if chosen is None:
         raise ConfigError(
             f"task {task!r} is not a task of this run; its tasks: {', '.join(t.name for t in config.data.tasks)}"
+        )
+    if language is not None and language not in chosen.task.languages:
+        known = ", ".join(chosen.task.languages)
+        raise ConfigError(
+            f"--language {shorten(language)!r}: task {task!r} has no such language; its languages: {known}"
         )
     data = config.data
     dataset, where = load_input(chosen.task, source, split, language, chosen.protocol, data.sources, data.cache_dir)
@@ -227,12 +232,13 @@ def plain_ids(task: Task) -> bool:
     return type(task).example_ids is Task.example_ids
 
 
-def input_ids(task: Task, rows: datasets.Dataset, offset: int) -> list[str]:
-    """The ids a user gave ``rows`` (rows ``offset``... of the input), as strings like the ids of a run's
-    predictions files: the task's id column, else a column ``id``, else the row numbers."""
+def input_ids(task: Task, rows: datasets.Dataset, offset: int) -> list[Any]:
+    """The ids a user gave ``rows`` (rows ``offset``... of the input), as given (an integer stays an integer): the
+    task's id column, else a column ``id``, else the row numbers (as strings, like the ids of a run's predictions
+    files)."""
     for column in (task.id_column, "id"):
         if column and column in rows.column_names:
-            return [str(value) for value in rows[column]]
+            return list(rows[column])
     return [str(offset + n) for n in range(len(rows))]
 
 

@@ -20,13 +20,19 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> RunConfig:
     path = Path(path)
     raw = read_yaml_mapping(path)
     parsed = [parse_override(item) for item in overrides]
-    options_follow_method(raw, parsed)
-    adapter_options_follow_method(raw, dict(parsed))
+    options_follow_methods(raw, parsed)
     overridden = set()
     for key, value in parsed:
         set_dotted(raw, key, value)
         overridden.add(key)
     return validate_config(raw, source=str(path), overridden=overridden)
+
+
+def options_follow_methods(raw: dict[str, Any], overrides: list[tuple[str, Any]]) -> None:
+    """The one rule for a config's options when overrides switch a method, wherever the overrides come from (the
+    command line, a study's overrides and cell): the weighting's and the adapter's options follow their method."""
+    options_follow_method(raw, overrides)
+    adapter_options_follow_method(raw, dict(overrides))
 
 
 def options_follow_method(raw: dict[str, Any], overrides: list[tuple[str, Any]]) -> None:

@@ -461,6 +461,29 @@ class WeightingSection(Section):
         ]
 
     @model_validator(mode="after")
+    def _buffer_options_of_the_chosen_mode(self) -> "WeightingSection":
+        """A gradient-engine setting that the chosen mode never reads is refused, not recorded as if it applied."""
+        bufferless = [
+            key
+            for key, is_set in (
+                ("bufferless_update", self.bufferless_update != "tape"),
+                ("bufferless_chunk_mb", self.bufferless_chunk_mb is not None),
+            )
+            if is_set
+        ]
+        if bufferless and self.gradient_buffers in ("full", "bfloat16"):
+            raise ValueError(
+                f"{', '.join(bufferless)} set the bufferless step, which gradient_buffers={self.gradient_buffers} "
+                "never takes; use gradient_buffers=none (or auto), or leave them out"
+            )
+        if self.gradient_buffers_budget_gb is not None and self.gradient_buffers != "auto":
+            raise ValueError(
+                f"gradient_buffers_budget_gb decides gradient_buffers=auto's choice; with "
+                f"gradient_buffers={self.gradient_buffers} it does nothing: leave it out, or use auto"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _metric_needs_gram(self) -> "WeightingSection":
         from mtft.weighting import weighting_class
 

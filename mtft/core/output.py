@@ -96,10 +96,17 @@ class OutputPolicy:
         """A private folder to fill; on success it appears at ``path`` whole (with a completeness marker holding
         ``description``), else nothing."""
         final = self.check_folder(path)
-        with _exclusive(final, self.option):
-            final = self.check_folder(path)
-            with AtomicFolder(final, replace=False).writing(**description) as partial:
-                yield partial
+        made = _make_parents(final.parent)  # a folder output may name folders still to be made: made now
+        try:
+            with _exclusive(final, self.option):
+                final = self.check_folder(path)
+                with AtomicFolder(final, replace=False).writing(**description) as partial:
+                    yield partial
+        except BaseException:
+            for folder in reversed(made):  # nothing is left of a command that did not finish, its folders included
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+            raise
 
     # ----------------------------------------------------------------------------------------------------------
     def _common(self, path: PathLike, folder: bool = False) -> Path:
@@ -156,6 +163,17 @@ def _same(a: Path, b: Path) -> bool:
         return a.exists() and b.exists() and os.path.samefile(a, b)
     except OSError:
         return False
+
+
+def _make_parents(folder: Path) -> list[Path]:
+    """Make ``folder`` and the folders above it that are missing; returns those made, outermost first."""
+    missing = []
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    for made in reversed(missing):
+        made.mkdir()
+    return list(reversed(missing))
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ a tokenizer traceback.
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import datasets
 import pyarrow as pa
@@ -98,6 +98,26 @@ def warn_suspicious_rows(task: Task, dataset: datasets.Dataset, where: str) -> N
             distinct = len({str(value) for value in ids.to_pylist()})
         if len(ids) - distinct:
             _warn_once(f"{where}: {len(ids) - distinct} row(s) repeat an example id of column {task.id_column!r}")
+
+
+UNKNOWN_SHARE = 0.02  # above this share of unknown word pieces, a split's text is mostly not what the tokenizer knows
+
+
+def warn_unknown_pieces(encoded: datasets.Dataset, unknown_id: Optional[int], where: str) -> None:
+    """A split whose word pieces are more than :data:`UNKNOWN_SHARE` unknown is said once: a tokenizer that does not
+    know the split's script or language (a vocabulary cut to a run's own texts, ``model.vocabulary: used``, knows no
+    other), whose encoder would see mostly ``<unk>``."""
+    if unknown_id is None or "input_ids" not in encoded.column_names or not len(encoded):
+        return
+    ids = _combined(encoded.with_format("arrow")["input_ids"])
+    while pa.types.is_list(ids.type) or pa.types.is_large_list(ids.type):  # a choice task nests its ids
+        ids = pc.list_flatten(ids)
+    share = pc.sum(pc.equal(ids, unknown_id)).as_py() / max(len(ids), 1)
+    if share > UNKNOWN_SHARE:
+        _warn_once(
+            f"{where}: {share:.0%} of its word pieces are unknown to the tokenizer; the model sees <unk> there "
+            "(a vocabulary cut to a run's own texts, model.vocabulary: used, knows no other language or script)"
+        )
 
 
 def _empty(array: pa.Array) -> int:

@@ -18,7 +18,7 @@ import numpy as np
 from mtft.config.schema import DataSection, LeaveOutSection
 from mtft.core.errors import DataError
 from mtft.data import leave_out
-from mtft.data.checks import check_rows, warn_suspicious_rows
+from mtft.data.checks import check_rows, warn_suspicious_rows, warn_unknown_pieces
 from mtft.data.selection import SelectedTask, select_tasks
 from mtft.data.sources import describe_read, describe_source, load_split, one_module_per_dataset
 from mtft.reporting.report import TaskTable
@@ -128,6 +128,7 @@ def prepare_data(
     objectives: str,
     make_tokenizer: Callable[[list[str]], Any],
     trained: Optional[Mapping[str, Sequence[str]]] = None,
+    label_names: Optional[Mapping[str, Sequence[str]]] = None,
 ) -> PreparedData:
     """Load, check and tokenise every task of ``data``, with ``eval_split`` (``evaluation.split``) as the evaluation
     split and one objective per ``objectives`` (``weighting.objectives``: a task and language, a task or a
@@ -136,10 +137,15 @@ def prepare_data(
     ``trained`` (:func:`~mtft.data.selection.trained_languages` of a finished run's own config): prepare to
     evaluate that run. Nothing is trained, so only the evaluation split is required, encoded and checked; the
     run's training splits are read, where they can be, for the majority-class baseline alone
-    (:func:`_read_trained_labels`), and the objectives are the run's, for the evaluated languages it trained on."""
+    (:func:`_read_trained_labels`), and the objectives are the run's, for the evaluated languages it trained on.
+    ``label_names`` (task -> the names its head was trained with, a finished run's): what a task's data without a
+    ClassLabel column (a JSON file through ``data.sources``) means by its label ids."""
     selected = select_tasks(data, eval_split, trained)
     with one_module_per_dataset():  # a dataset's configs and splits read its card once
-        tasks = {chosen.name: _load_task(chosen, data, eval_split) for chosen in selected}
+        tasks = {
+            chosen.name: _load_task(chosen, data, eval_split, (label_names or {}).get(chosen.name))
+            for chosen in selected
+        }
     _check_borrowed_heads(tasks)
     tokenizer = make_tokenizer(_all_texts(tasks))
     for td in tasks.values():
@@ -192,8 +198,11 @@ def task_training_texts(data: DataSection, eval_split: str) -> list[str]:
     return texts
 
 
-def _load_task(chosen: SelectedTask, data: DataSection, split: str) -> TaskData:
-    """One selected task's splits, loaded and checked (``split``: the evaluation split)."""
+def _load_task(
+    chosen: SelectedTask, data: DataSection, split: str, known: Optional[Sequence[str]] = None
+) -> TaskData:
+    """One selected task's splits, loaded and checked (``split``: the evaluation split; ``known``: the label names
+    of the run's head, for data that declares none)."""
     task, selection, languages = chosen.task, chosen.selection, chosen.languages
     td = TaskData(
         task,
@@ -208,7 +217,7 @@ def _load_task(chosen: SelectedTask, data: DataSection, split: str) -> TaskData:
             _load_training(td, lang, selection.max_train_examples, data)
     for lang in languages:
         td.raw_eval[lang] = _load(td, split, lang, selection.max_eval_examples, data)
-    label_sets = {tuple(task.resolve_label_names(ds)) for ds in [*td.raw_train.values(), *td.raw_eval.values()]}
+    label_sets = {tuple(_label_names(task, ds, known)) for ds in [*td.raw_train.values(), *td.raw_eval.values()]}
     if len(label_sets) > 1:
         raise DataError(f"task {task.name!r}: splits disagree on label names: {sorted(label_sets)}")
     td.label_names = list(label_sets.pop())
@@ -220,6 +229,16 @@ def _load_task(chosen: SelectedTask, data: DataSection, split: str) -> TaskData:
         except HiddenLabelsError:  # a benchmark test set: predicted, not scored; its ids must still be unique
             unique_by_id(task.split_ids(dataset), [None] * len(dataset), td.origin[split, lang])
     return td
+
+
+def _label_names(task: Task, dataset: datasets.Dataset, known: Optional[Sequence[str]]) -> list[str]:
+    """The dataset's label names (its ClassLabel, else the task's own), else the names the run's head knows."""
+    try:
+        return task.resolve_label_names(dataset)
+    except DataError:
+        if known is None:
+            raise
+        return list(known)
 
 
 def _load_training(td: TaskData, lang: str, limit: Optional[int], data: DataSection) -> None:
@@ -243,7 +262,7 @@ def _read_trained_labels(td: TaskData, languages: Sequence[str], limit: Optional
     try:
         for lang in languages:
             _load_training(scratch, lang, limit, data)
-            names = td.task.resolve_label_names(scratch.raw_train[lang])
+            names = _label_names(td.task, scratch.raw_train[lang], td.label_names)
             if names != td.label_names:
                 raise DataError(f"{scratch.origin['train', lang]}: label names {names}, not {td.label_names}")
     except DataError as error:
@@ -360,9 +379,15 @@ def encode_split(td: TaskData, dataset: datasets.Dataset, where: str, tokenizer:
             ]
         ).encode()
     ).hexdigest()[:32]
-    return dataset.map(
+    encoded = dataset.map(
         encode, batched=True, with_indices=True, remove_columns=dataset.column_names, new_fingerprint=fingerprint
     )
+    if "id" in encoded.column_names and encoded.features["id"] != datasets.Value("string"):
+        # datasets gives an output column the type of the input column of its name: the encoded ids, strings (the
+        # task's example_ids), would become a user's integer "id" column's numbers
+        encoded = encoded.cast_column("id", datasets.Value("string"))
+    warn_unknown_pieces(encoded, getattr(tokenizer, "unk_token_id", None), where)
+    return encoded
 
 
 def _tokenizer_digest(tokenizer: Any) -> str:

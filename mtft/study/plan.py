@@ -19,8 +19,8 @@ import yaml
 
 from mtft.config.deepspeed import check_forgetting, read_deepspeed_json, use_bf16
 from mtft.config.load import (
-    adapter_options_follow_method,
     config_to_yaml,
+    options_follow_methods,
     read_yaml_mapping,
     set_dotted,
     validate_config,
@@ -123,7 +123,7 @@ def _planned(
     raw = copy.deepcopy(raw_base)
     try:
         _check_not_owned({**spec.overrides, **cell.overrides}, list(fixed))
-        adapter_options_follow_method(raw, {**spec.overrides, **cell.overrides})
+        options_follow_methods(raw, list({**spec.overrides, **cell.overrides}.items()))
         for key, value in {**spec.overrides, **cell.overrides, **fixed}.items():
             set_dotted(raw, key, copy.deepcopy(value))
         data = raw.get("data")

@@ -133,12 +133,11 @@ class ExtractiveQATask(Task):
     def prediction_rows(self, outputs, encoded, raw, label_names) -> dict[str, dict[str, Any]]:
         """The answer text and its character offsets in its context, end exclusive (null: the empty answer)."""
         answers, spans = self.answers(outputs, encoded, raw)
+        # an empty answer has no offsets, wherever its span would lie (a whitespace-only context's best span is a
+        # run of spaces, which the answer text strips)
+        placed = {key: spans[key] if text and spans[key] else (None, None) for key, text in answers.items()}
         return {
-            key: {
-                "prediction": text,
-                "answer_start": (spans[key] or (None, None))[0],
-                "answer_end": (spans[key] or (None, None))[1],
-            }
+            key: {"prediction": text, "answer_start": placed[key][0], "answer_end": placed[key][1]}
             for key, text in answers.items()
         }
 

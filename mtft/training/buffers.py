@@ -73,10 +73,29 @@ def choose_buffers(
         budget, source = int(budget_gb * GIB), f"weighting.gradient_buffers_budget_gb={budget_gb:g}"
     else:
         free, where = free_memory(device)
-        budget, source = free // 2, f"half of {where}"
+        free, ranks = smallest_over_ranks(free, device)
+        budget, source = (
+            free // 2,
+            f"half of {where}" + (f", the smallest of the {ranks} processes'" if ranks > 1 else ""),
+        )
     if needed <= budget:
         return BufferChoice("full", f"buffered: auto ({size} fit in the budget of {describe_bytes(budget)}, {source})")
     return BufferChoice("none", f"bufferless: auto ({size} exceed the budget of {describe_bytes(budget)}, {source})")
+
+
+def smallest_over_ranks(value: int, device: torch.device) -> tuple[int, int]:
+    """(the smallest ``value`` of all ranks, how many ranks): every rank of a run must take the same step (a rank
+    with the buffered step and one with the bufferless step would wait for each other's collectives forever), so
+    ``auto`` decides from the memory of the process with the least."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return value, 1
+    ranks = torch.distributed.get_world_size()
+    if ranks == 1:
+        return value, 1
+    where = device if torch.distributed.get_backend() == "nccl" else torch.device("cpu")
+    smallest = torch.tensor([value], dtype=torch.int64, device=where)
+    torch.distributed.all_reduce(smallest, op=torch.distributed.ReduceOp.MIN)
+    return int(smallest.item()), ranks
 
 
 def describe_bytes(size: int) -> str:

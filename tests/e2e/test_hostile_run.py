@@ -220,6 +220,29 @@ def test_predict_keeps_the_inputs_ids_and_answers_repeated_ids_row_by_row(traine
     assert all(same(a, b) for a, b in zip(model.iter_predict("xnli", ROWS, chunk_rows=2), rows, strict=True))
 
 
+@pytest.mark.parametrize("ids", [[17, 17, 3], [17, "x", 3.5]])
+def test_ids_of_any_json_type_come_back_as_given(trained, tmp_path, ids):
+    """Integer, mixed and odd ids (the user's own data): returned as given, repeated ones row by row."""
+    rows = [{**row, "id": i} for row, i in zip(ROWS, ids)]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "p.jsonl"
+    argv = ["predict", "--run", str(trained), "--task", "xnli", "--input", str(tmp_path / "in.jsonl")]
+    result = run_cli(*argv, "--out", str(out), "--no-progress")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [r["id"] for r in read_jsonl(out)] == ids
+
+
+def test_predict_on_a_language_the_task_does_not_have_is_one_line(trained, tmp_path):
+    """--language names the task's language (any of them, trained or not): one that is not -- whether the input is
+    a file or a dataset folder -- is refused before anything is read or written."""
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    for source in (str(tmp_path / "in.jsonl"), "tasks/xnli/fixtures/xnli"):
+        argv = ["predict", "--run", str(trained), "--task", "xnli", "--language", "xx", "--input", source]
+        result = run_cli(*argv, "--out", str(tmp_path / "p.jsonl"))
+        assert result.returncode == 2 and "--language 'xx': task 'xnli' has no such language" in result.stderr
+        assert result.stderr.strip().count("\n") == 0 and not (tmp_path / "p.jsonl").exists()
+
+
 def same(a: dict, b: dict) -> bool:
     """The same row, probabilities to float32 round-off (a row's padding differs with its batch)."""
     close = all(abs(a["probabilities"][k] - b["probabilities"][k]) < 1e-5 for k in b["probabilities"])

@@ -148,6 +148,31 @@ def test_evaluate_reproduces_metrics_and_scores_a_language_never_trained_on(run,
     assert not (run / "predictions/validation/tydiqa/ar.jsonl").exists()  # nothing written into the run
 
 
+def test_an_empty_answer_has_no_offsets(run):
+    """A whitespace-only context has nothing to answer with: the empty answer, offsets null as docs/using_a_run.md
+    says (its best span was a run of spaces, [3, 3) after stripping), beside an ordinary row."""
+    rows = [
+        {"id": "blank", "question": "who reads?", "context": "      "},
+        {"id": "plain", "question": "who reads?", "context": "Maria Garcia reads the book in Paris."},
+    ]
+    blank, plain = load_run(run).predict("tydiqa", rows, language="en")
+    assert (blank["id"], blank["prediction"], blank["answer_start"], blank["answer_end"]) == ("blank", "", None, None)
+    if plain["prediction"]:
+        assert rows[1]["context"][plain["answer_start"] : plain["answer_end"]] == plain["prediction"]
+
+
+def test_evaluate_on_files_without_label_names_takes_the_runs(run, tmp_path):
+    """The form docs/using_a_run.md gives: a file pattern through data.sources, whose label column is plain
+    integers (no ClassLabel, no card): the run's heads say what the ids mean, and the same rows give the run's
+    own metrics, its majority-class baseline included."""
+    pattern = str(REPO / "tasks/xnli/fixtures/xnli") + "/{name}/{split}.jsonl"
+    out = tmp_path / "files"
+    assert run_command("evaluate", ["--run", str(run), "--out", str(out), f"data.sources.facebook/xnli={pattern}"]) == 0
+    ours, theirs = json.loads((out / "metrics.json").read_text()), json.loads((run / "metrics.json").read_text())
+    xnli = {k: v for k, v in theirs.items() if k.startswith("xnli/")}
+    assert xnli and {k: ours[k] for k in xnli} == xnli
+
+
 def test_evaluate_drops_a_trained_source_and_reports_sources_and_targets(sourced_run, tmp_path):
     """The README's ``run.py evaluate ... data.tasks.0.languages=[en,sw]`` on a run trained with source_languages
     [en, de] (as configs/demo.yaml is): en, trained on, is a source and sw a target; with no trained language

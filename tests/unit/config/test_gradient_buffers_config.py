@@ -31,8 +31,44 @@ def test_the_bufferless_update_is_a_tape_by_default_and_a_second_backward_on_req
     assert load().weighting.bufferless_update == "tape"
     second = load("weighting.gradient_buffers=none", "weighting.bufferless_update=backward")
     assert second.weighting.bufferless_update == "backward"
-    # with buffers the setting has nothing to do, whatever the rest
-    load("weighting.bufferless_update=backward", "training.gradient_accumulation_steps=2")
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["weighting.bufferless_update=backward"],
+            "bufferless_update set the bufferless step, which gradient_buffers=full",
+        ),
+        (
+            ["weighting.bufferless_chunk_mb=4"],
+            "bufferless_chunk_mb set the bufferless step, which gradient_buffers=full",
+        ),
+        (
+            [
+                "weighting.gradient_buffers=bfloat16",
+                "weighting.bufferless_update=backward",
+                "weighting.bufferless_chunk_mb=4",
+            ],
+            "bufferless_update, bufferless_chunk_mb set the bufferless step, which gradient_buffers=bfloat16",
+        ),
+        (
+            ["weighting.gradient_buffers_budget_gb=2"],
+            "gradient_buffers_budget_gb decides gradient_buffers=auto's choice",
+        ),
+        (
+            ["weighting.gradient_buffers=none", "weighting.gradient_buffers_budget_gb=2"],
+            "with gradient_buffers=none it does nothing",
+        ),
+    ],
+)
+def test_a_setting_the_chosen_buffers_never_read_is_refused(overrides, message):
+    """A bufferless option under buffers, a budget without auto: one line, not recorded as if it applied (the
+    options apply where they do: none and auto for the bufferless ones, auto for the budget)."""
+    with pytest.raises(ConfigError) as info:
+        load(*overrides)
+    assert message in str(info.value) and "\n" not in str(info.value).strip()
+    load("weighting.gradient_buffers=auto", "weighting.gradient_buffers_budget_gb=2", "weighting.bufferless_chunk_mb=4")
 
 
 @pytest.mark.parametrize(

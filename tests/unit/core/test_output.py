@@ -208,3 +208,16 @@ def test_a_killed_writers_temporary_is_removed_by_the_next_write(tmp_path):
         handle.write("whole\n")
     assert (tmp_path / "out.jsonl").read_text() == "whole\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == [".out.jsonl.mine.tmp", "out.jsonl"]
+
+
+def test_a_folder_output_under_missing_folders_makes_them_and_a_failed_one_removes_them(tmp_path):
+    """`evaluate --out evals/sw` where evals/ does not exist yet: the folders are made (the lock file lives beside
+    the output); a command that fails leaves none of them behind."""
+    policy = OutputPolicy()
+    with policy.writing_folder(tmp_path / "evals" / "sw", kind="test") as partial:
+        (partial / "metrics.json").write_text("{}")
+    assert (tmp_path / "evals" / "sw" / "metrics.json").read_text() == "{}"
+    with pytest.raises(RuntimeError, match="stopped"):
+        with policy.writing_folder(tmp_path / "a" / "b" / "c", kind="test"):
+            raise RuntimeError("stopped")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["evals"]

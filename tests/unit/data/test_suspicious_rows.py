@@ -155,3 +155,26 @@ def test_a_warning_names_the_task_the_language_and_the_file(tmp_path, caplog, la
         f"task 't' language de, {tmp_path}/data/de/train.jsonl (split train): {warning}"
         + (" in columns text" if "empty" in warning else " of column 'idx'")
     ]
+
+
+@pytest.mark.parametrize(
+    "ids, warned",
+    [
+        ([[0, 5, 6, 2], [0, 7, 2]], False),
+        ([[0, 3, 3, 2], [0, 7, 2]], True),  # 2 of 7 pieces unknown (id 3)
+        ([[[0, 3, 2], [0, 3, 2]], [[0, 5, 2], [0, 6, 2]]], True),  # a choice task's nested ids
+        ([[0, 5, 3] + [5] * 60], False),  # one unknown piece in 63: under the share
+    ],
+)
+def test_a_split_mostly_unknown_to_the_tokenizer_is_said_once(caplog, ids, warned):
+    import datasets
+
+    from mtft.data.checks import warn_unknown_pieces
+
+    where = f"split {len(ids)}-{sum(map(len, ids))}-{warned}"
+    with caplog.at_level(logging.WARNING, logger="mtft"):
+        for _ in range(2):
+            warn_unknown_pieces(datasets.Dataset.from_dict({"input_ids": ids}), 3, where)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(where)]
+    assert len(lines) == int(warned)
+    assert not warned or "unknown to the tokenizer; the model sees <unk> there" in lines[0]

@@ -11,6 +11,7 @@ import ctypes
 import glob
 import importlib.metadata
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -291,3 +292,34 @@ def test_it_retrieves_translations_and_a_random_init_does_not(folder):
         scores[name] = sum(accuracies) / len(accuracies), min(accuracies)
     assert scores["pretrained"][0] >= 0.9, scores
     assert scores["random"][0] < 0.1, scores
+
+
+def test_the_hub_id_loads_through_the_same_code(folder, tmp_path):
+    """``model.backbone: intfloat/multilingual-e5-small`` where the Hub is reachable: here the converted files laid
+    out as a Hugging Face cache snapshot of that id, read offline -- check_backbone, the tokenizer and the encoder all
+    take the Hub id's path (from_pretrained of a repo id), and give the named backbone's encoder."""
+    snapshot = tmp_path / "hub" / "models--intfloat--multilingual-e5-small" / "snapshots" / ("0" * 40)
+    snapshot.mkdir(parents=True)
+    for name in e5.FILES:
+        (snapshot / name).symlink_to(folder / name)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("0" * 40)
+    program = (
+        "import torch\n"
+        "from mtft.config.schema import ModelSection\n"
+        "from mtft.models.backbone import build_encoder, check_backbone\n"
+        "from mtft.models.tokenizer import load_backbone_tokenizer\n"
+        "for name in ('intfloat/multilingual-e5-small', 'multilingual-e5-small'):\n"
+        "    cfg = ModelSection(backbone=name)\n"
+        "    check_backbone(cfg)\n"
+        "    tok = load_backbone_tokenizer(name, None, False)\n"
+        "    enc = build_encoder(cfg, tok, 64, 0).eval()\n"
+        "    with torch.no_grad():\n"
+        "        out = enc(**tok(['query: Hallo Welt'], return_tensors='pt')).last_hidden_state\n"
+        "    print(type(enc).__name__, float(out.sum()))\n"
+    )
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-2000:]
+    hub, named = out.stdout.split("\n")[:2]
+    assert hub == named and hub.startswith("BertModel ")

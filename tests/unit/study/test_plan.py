@@ -282,3 +282,21 @@ def test_an_option_added_later_with_its_default_is_no_change():
         old, "run: {seed: 1}\npretrain: {tokens: 5, vocabulary: corpus+tasks}\n"
     )
     assert "run.seed: 1 then, 2 now" in config_difference(old, "run: {seed: 2}\npretrain: {tokens: 5}\n")
+
+
+@pytest.mark.parametrize("axis", ["grid", "variants"])
+def test_a_cell_that_switches_the_weighting_drops_the_base_configs_options(tmp_path, axis):
+    """The demo's base config has lfmlf with {floor: 0.3}: a cell of weighting.method=mean trains mean without the
+    floor, as weighting.method=mean on the command line does (one rule, mtft.config.load.options_follow_methods),
+    while the lfmlf cell keeps it."""
+    if axis == "grid":
+        path = write_study(tmp_path, grid={"weighting.method": ["mean", "lfmlf"]})
+    else:
+        variants = [{"name": m, "overrides": {"weighting.method": m}} for m in ("mean", "lfmlf")]
+        path = write_study(tmp_path, grid={}, variants=variants)
+    _, runs = plan(path, "seeds=[0]")
+    weighting = {
+        yaml.safe_load(r.config_yaml)["weighting"]["method"]: yaml.safe_load(r.config_yaml)["weighting"]["options"]
+        for r in runs
+    }
+    assert weighting == {"mean": {}, "lfmlf": {"floor": 0.3}}
