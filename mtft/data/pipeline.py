@@ -198,9 +198,7 @@ def task_training_texts(data: DataSection, eval_split: str) -> list[str]:
     return texts
 
 
-def _load_task(
-    chosen: SelectedTask, data: DataSection, split: str, known: Optional[Sequence[str]] = None
-) -> TaskData:
+def _load_task(chosen: SelectedTask, data: DataSection, split: str, known: Optional[Sequence[str]] = None) -> TaskData:
     """One selected task's splits, loaded and checked (``split``: the evaluation split; ``known``: the label names
     of the run's head, for data that declares none)."""
     task, selection, languages = chosen.task, chosen.selection, chosen.languages
