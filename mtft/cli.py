@@ -49,13 +49,21 @@ def _error(error: UserError, text: str) -> None:
         time.sleep(QUIET_EXIT_DELAY_S)
 
 
+def console() -> None:
+    """The ``mtft`` command an installed mtft puts on the PATH: ``mtft train --config X`` (``python run.py
+    --config X``), ``mtft predict|evaluate|export|score|probe|study ...``."""
+    entry_point(sys.argv[1:], prog="mtft")
+
+
 def main(argv: list[str]) -> int:
+    if argv and argv[0] == "train":  # the console script's spelling of run.py's training form
+        argv = argv[1:]
     if argv and argv[0] in COMMANDS:
         return run_command(argv[0], argv[1:])
     if argv and not argv[0].startswith("-") and "=" not in argv[0]:  # not an option, not an override
         raise ConfigError(
             f"unknown command {shorten(argv[0])!r}; commands: {', '.join(COMMANDS)}, "
-            "or train with run.py --config <file> [key.sub=value ...]"
+            "or train with run.py --config <file> [key.sub=value ...] (installed: mtft train --config <file>)"
         )
     args = train_parser().parse_args(argv)
     overrides = args.overrides + (["run.resume=true"] if args.resume else [])
@@ -157,7 +165,8 @@ class _HelpAction(argparse.Action):
 def train_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="run.py",
-        description="Multilingual multi-task fine-tuning with DeepSpeed.\n\nother commands (run.py <command> --help):\n"
+        description="Multilingual multi-task fine-tuning with DeepSpeed (installed: mtft train --config ...).\n\n"
+        "other commands (run.py <command> --help; installed: mtft <command>):\n"
         + "\n".join(f"  {name:8s} {COMMANDS.about(name)}" for name in COMMANDS),
         epilog=sections_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,

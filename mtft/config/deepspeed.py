@@ -6,6 +6,7 @@ communication settings. A key set in both places is an error rather than a silen
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -28,10 +29,36 @@ RUN_CONFIG_OWNS = {
 }
 
 
+#: the ZeRO stages by name (``training.deepspeed_config: zero2``), built in so that a run needs no file of the
+#: checkout -- from any folder, or an installed mtft; configs/deepspeed/<name>.json holds the same JSON to copy and
+#: edit (tests/unit/config/test_config.py keeps them equal)
+BUILT_IN: dict[str, dict[str, Any]] = {
+    "zero0": {"zero_optimization": {"stage": 0}},
+    "zero1": {"zero_optimization": {"stage": 1}},
+    "zero2": {
+        "zero_optimization": {"stage": 2, "overlap_comm": False, "contiguous_gradients": True, "reduce_scatter": True}
+    },
+    "zero3": {
+        "zero_optimization": {
+            "stage": 3,
+            "overlap_comm": False,
+            "contiguous_gradients": True,
+            "reduce_scatter": True,
+            "stage3_gather_16bit_weights_on_model_save": True,
+        }
+    },
+}
+
+
 def read_deepspeed_json(path: str) -> dict[str, Any]:
+    """The DeepSpeed JSON of ``training.deepspeed_config``: a file, or a built-in ZeRO stage by name."""
     file = Path(path)
     if not file.is_file():
-        raise ConfigError(f"training.deepspeed_config: file not found: {path}")
+        if path in BUILT_IN:
+            return copy.deepcopy(BUILT_IN[path])
+        raise ConfigError(
+            f"training.deepspeed_config: file not found: {path} (or name a built-in stage: {', '.join(BUILT_IN)})"
+        )
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:

@@ -557,9 +557,10 @@ class TrainingSection(Section):
         "inputs). About one more forward pass of time for the activation memory of one layer.",
     )
     deepspeed_config: str = Field(
-        "configs/deepspeed/zero0.json",
-        description="DeepSpeed JSON (ZeRO stage etc.); batch sizes, clipping and precision come from "
-        "this file's run config and must not be repeated there.",
+        "zero0",
+        description="DeepSpeed JSON (ZeRO stage etc.), or a built-in ZeRO stage by name: zero0, zero1, zero2, zero3 "
+        "(configs/deepspeed/<name>.json holds the same, to copy and edit); batch sizes, clipping and precision come "
+        "from this file's run config and must not be repeated there.",
     )
 
 

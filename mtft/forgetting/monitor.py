@@ -532,6 +532,10 @@ class ForgettingMonitor:
             f"{sorted(self.objective.fixed)}|{self.eval_set.digest()}".encode()
         )
         for name, param in self.mlm.named_parameters():  # θ_p itself (the caller holds it in place)
+            if ".lora_" in name:
+                # at θ_p every B is zero, so the adapters add nothing and the function -- the Hessian with it -- is
+                # W0's whatever A is: A (drawn by run.seed) would give every seed of a study a λ_p of its own
+                continue
             digest.update(name.encode())
             digest.update(param.detach().float().cpu().contiguous().view(torch.uint8).numpy().tobytes())
         return digest.hexdigest()[:24]

@@ -24,6 +24,7 @@ from typing import Iterable, Sequence
 
 import torch
 from safetensors.torch import save_file
+from tokenizers import Tokenizer
 from transformers import AutoModel, AutoModelForMaskedLM, PreTrainedTokenizerFast
 
 from mtft.core.errors import ConfigError
@@ -85,8 +86,6 @@ def reduced_tokenizer(tokenizer, kept: Sequence[int]) -> PreTrainedTokenizerFast
     ]
     if data.get("post_processor") is not None:
         data["post_processor"] = _remap_processor(data["post_processor"], new_id)
-    from tokenizers import Tokenizer
-
     backend = Tokenizer.from_str(json.dumps(data))
     return PreTrainedTokenizerFast(
         tokenizer_object=backend,

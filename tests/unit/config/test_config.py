@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -237,3 +238,15 @@ def test_longest_row_covers_every_task_max_length():
     data = DataSection(max_length=64, tasks=[{"name": "xnli"}, {"name": "tydiqa", "max_length": 96}])
     assert data.longest_row == 96
     assert DataSection(max_length=64, tasks=[{"name": "xnli", "max_length": 32}]).longest_row == 64
+
+
+def test_the_built_in_zero_stages_are_the_shipped_files():
+    """training.deepspeed_config: zero0 ... zero3 need no file (an installed mtft, a user's own folder); the
+    checkout's configs/deepspeed/<name>.json are the same JSON, to copy and edit."""
+    from mtft.config.deepspeed import BUILT_IN, read_deepspeed_json
+
+    for name, data in BUILT_IN.items():
+        assert json.loads((REPO / "configs" / "deepspeed" / f"{name}.json").read_text()) == data
+        assert read_deepspeed_json(name) == data
+    assert sorted(p.stem for p in (REPO / "configs" / "deepspeed").glob("*.json")) == sorted(BUILT_IN)
+    assert RunConfig.model_fields["training"].default_factory().deepspeed_config == "zero0"

@@ -30,12 +30,12 @@ class Log:
         self.events.append((step, kind, values))
 
 
-def lora_run(tmp_path):
+def lora_run(tmp_path, seed: int = 0):
     """A tiny encoder with one PEFT LoRA adapter per task (B's moved off zero, differently per task), its plain
     copy, and the monitor of a run configured with ``lora`` and the forgetting monitors on."""
     model, tok = tiny_model(tmp_path, num_objectives=2)
     plain = copy.deepcopy(model.encoder)
-    torch.manual_seed(0)
+    torch.manual_seed(seed)  # A's initialisation
     inject_lora(model.encoder, peft.LoraConfig(r=4, lora_alpha=8, target_modules=TARGETS), TASKS)
     config = validate_config(
         {
@@ -159,3 +159,19 @@ def test_lora_regularization_and_budget_scale_act_per_task(tmp_path):
         handle.remove()
     for got, want in zip(grads, expected):
         torch.testing.assert_close(2 * got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_lambda_p_is_cached_for_theta_p_whatever_the_adapters_initialisation(tmp_path):
+    """At θ_p every B is zero: the function, and so λ_p, is W0's whatever A is. The cache key leaves the adapters
+    out, so the seeds of a study (each drawing its own A) share one λ_p; the base weights still key it."""
+    keys = []
+    for seed in (0, 1):
+        model, _, monitor = lora_run(tmp_path / str(seed), seed=seed)
+        with monitor.tracker.at_pretrained():
+            keys.append(monitor._cache_key())
+        a = next(p for n, p in model.named_parameters() if "lora_A" in n)
+        keys.append(float(a.detach().abs().sum()))
+    assert keys[0] == keys[2] and keys[1] != keys[3]  # the same key, though A differs
+    with torch.no_grad(), monitor.tracker.at_pretrained():
+        next(p for n, p in model.named_parameters() if "base_layer" in n).add_(1.0)
+        assert monitor._cache_key() != keys[0]
