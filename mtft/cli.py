@@ -32,6 +32,10 @@ def entry_point(argv: list[str], prog: str = "python run.py") -> None:
     except UserError as error:
         _error(error, str(error))
         sys.exit(2)
+    except KeyboardInterrupt:  # Ctrl-C outside the training loop (data, the model, a conversion, a command)
+        if speaks_for_node():
+            print("error: stopped by Ctrl-C; nothing half-written is kept: run the same command again", file=sys.stderr)
+        sys.exit(130)
 
 
 #: how long a process that keeps a user error off the console waits before it exits: the launcher stops every

@@ -136,6 +136,10 @@ class TrainedRun:
         number of rows (a dataset from :func:`read_input` stays on disk). Each row keeps the input's own id (the
         task's id column, else an ``id`` column, else the row number) and is answered as its own, whatever its id:
         repeated ids get one answer each."""
+        with quiet_datasets():  # the library's "Map" and "Flattening the indices" bars are not the caller's
+            yield from self._iter_predict(task, rows, language, batch_size, progress, where, chunk_rows)
+
+    def _iter_predict(self, task, rows, language, batch_size, progress, where, chunk_rows) -> Iterator[dict[str, Any]]:
         chosen = self.task(task)
         dataset = rows if isinstance(rows, datasets.Dataset) else from_records(rows, chosen.task)
         where = where or f"task {task!r} input"
@@ -219,6 +223,18 @@ class TrainedRun:
         name = key(Objective(head, language))
         routed = {(head, language): run.objectives.index(name)} if name in run.objectives else {}
         return PreparedData(tasks, run.tokenizer, [], [], list(run.objectives), routed)
+
+
+@contextlib.contextmanager
+def quiet_datasets() -> Iterator[None]:
+    """The ``datasets`` library's progress bars off for the block, and as they were after it."""
+    quiet = datasets.are_progress_bars_disabled()
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if not quiet:
+            datasets.enable_progress_bars()
 
 
 def in_memory(dataset: datasets.Dataset, start: int, size: int) -> datasets.Dataset:

@@ -49,12 +49,26 @@ def init_distributed() -> ProcessInfo:
     quiet_library_noise(info.is_main)
     import deepspeed
 
+    no_shared_memory_op()
     if not torch.distributed.is_initialized():
-        # DeepSpeed prints "DeepSpeed ...shm_comm_op built successfully" on stdout in every process (a build failure
-        # raises, and is not hidden); the first process's line is enough
+        # DeepSpeed may print on stdout in every process (its op builds); the first process's lines are enough
         with contextlib.nullcontext() if info.is_main else contextlib.redirect_stdout(io.StringIO()):
             deepspeed.init_distributed(verbose=False)
     return info
+
+
+def no_shared_memory_op() -> None:
+    """DeepSpeed's CPU backend compiles a shared-memory C++ op into torch's extensions cache the first time it starts
+    (about two minutes, under a lock file that a process killed during the build leaves behind: every later start on
+    the machine then waits on it forever, without a word). The op serves ``inference_all_reduce`` only, which mtft
+    never calls -- training's collectives are torch.distributed's -- so it is not built: no build, no lock, on one
+    process or several (deepspeed 0.19's ``deepspeed.comm.torch.build_shm_op``; nothing changes where it is absent)."""
+    import importlib
+
+    # by its module's name: deepspeed.comm's package namespace re-exports torch itself as ``torch``
+    backend = importlib.import_module("deepspeed.comm.torch")
+    if hasattr(backend, "build_shm_op"):
+        backend.build_shm_op = lambda: None
 
 
 def _free_port() -> int:

@@ -15,9 +15,23 @@ from mtft.core.errors import ConfigError
 logger = logging.getLogger("mtft")
 
 
+class ConsoleHandler(logging.StreamHandler):
+    """The console's log lines, written through ``tqdm.write``: a line printed while a progress bar is drawn (the
+    run's, pre-training's, predict's) clears the bar, takes a line of its own and the bar is drawn again below it,
+    instead of the two breaking into each other ("[\nmtft] ...")."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            from tqdm import tqdm
+
+            tqdm.write(self.format(record), file=self.stream)
+        except Exception:  # noqa: BLE001 -- logging's own convention: a handler never raises
+            self.handleError(record)
+
+
 def setup_console_logging(is_main: bool) -> None:
     if not logger.handlers:
-        handler = logging.StreamHandler()
+        handler = ConsoleHandler()
         handler.setFormatter(logging.Formatter("[mtft] %(message)s"))
         logger.addHandler(handler)
     logger.setLevel(logging.INFO if is_main else logging.WARNING)

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from mtft.reporting.curves import FILE as CURVES
+from mtft.reporting.curves import plot_training_curves
 from mtft.reporting.logs import read_metrics
 
 
@@ -19,6 +21,27 @@ class TaskTable:
     languages: list[str]
     targets: list[str] = field(default_factory=list)
     variant: Optional[str] = None
+
+
+MAJORITY = "majority_"  # the baseline's metric names: <task>/<language>/majority_<metric> (mtft.evaluation.majority)
+
+
+def learnt_nothing(final: dict[str, Any]) -> Optional[str]:
+    """One sentence when every per-language metric that has a majority-class baseline ends at or below it (a run
+    that learnt nothing its tasks can show: a frozen random encoder, a learning rate too small), else None."""
+    pairs = []
+    for key, value in final.items():
+        head, _, metric = key.rpartition("/")
+        if head.count("/") == 1 and not metric.startswith(MAJORITY):
+            baseline = final.get(f"{head}/{MAJORITY}{metric}")
+            if isinstance(value, (int, float)) and isinstance(baseline, (int, float)):
+                pairs.append((key, value, baseline))
+    if not pairs or any(value > baseline + 1e-12 for _, value, baseline in pairs):
+        return None
+    return (
+        f"Every objective ended at or below its majority-class baseline ({len(pairs)} metrics, e.g. {pairs[0][0]} = "
+        f"{pairs[0][1]:.4f} against {pairs[0][2]:.4f}): the run learnt nothing its tasks can show"
+    )
 
 
 @dataclass
@@ -53,9 +76,14 @@ def _write(report: Report, run_dir: Path) -> Path:
     lines += [f"| {o['name']} | {o['examples']} | {o['probability']:.3f} |" for o in objectives] + [""]
     events = read_metrics(run_dir)
     lines += _loss_section(events)
+    if plot_training_curves(events, run_dir / CURVES):
+        lines += [f"![Training loss per objective and evaluation per task]({CURVES})", ""]
     lines += _weighting_section(events)
     lines += list(sections)  # e.g. the forgetting monitors' sections, with their plots
     lines += ["## Evaluation (final weights)", ""]
+    nothing = learnt_nothing(final)
+    if nothing:
+        lines += [f"**{nothing}**", ""]
     for task, table in report.tasks.items():
         metrics = table.metrics
         header = "| language | " + " | ".join(metrics) + " |"

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import torch
+from tqdm import tqdm
 from transformers import AutoModelForMaskedLM
 
 from mtft.config.paths import cache_dir
@@ -151,6 +152,8 @@ class Pretraining:
         queue: list[int] = []
         pending = sorted(b for b in budgets if b <= tokens)
         seen, window, start = 0, [], time.perf_counter()
+        show = proc.is_main and self.config.logging.progress_bar
+        bar = tqdm(total=steps, desc="pre-training", dynamic_ncols=True, disable=not show, unit="step")
         for step in range(1, steps + 1):
             while len(queue) < batch_rows:  # a fresh permutation of the blocks per pass
                 queue += torch.randperm(len(self.blocks), generator=order).tolist()
@@ -163,21 +166,20 @@ class Pretraining:
             engine.step()
             seen += self.tokens_per_step
             window.append(float(loss.detach()))
-            if log is not None and (step % p.log_every_steps == 0 or step == steps):
-                log.log(
-                    step_offset + step,
-                    "pretrain",
-                    {
-                        "loss": sum(window) / len(window),
-                        "tokens": seen,
-                        "lr": lr,
-                        "seconds": time.perf_counter() - start,
-                    },
-                )
+            bar.update(1)
+            if step % p.log_every_steps == 0 or step == steps:  # pretrain.log_every_steps: a line, and the bar's loss
+                mean, seconds = sum(window) / len(window), time.perf_counter() - start
+                bar.set_postfix(loss=f"{mean:.3f}", refresh=False)
+                logger.info(f"pre-training step {step}/{steps}: loss {mean:.4f}, {seen:,} tokens, {seconds:.0f} s")
+                if log is not None:
+                    log.log(
+                        step_offset + step, "pretrain", {"loss": mean, "tokens": seen, "lr": lr, "seconds": seconds}
+                    )
                 window = []
             while pending and seen >= pending[0]:
                 budget = pending.pop(0)
                 save(budget, seen, step, self.evaluate(engine.module), engine)
+        bar.close()
 
     def evaluate(self, mlm_model) -> dict[str, float]:
         if self.eval_set is None:

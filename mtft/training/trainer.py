@@ -26,7 +26,7 @@ from mtft.core.errors import CheckpointError, Interrupted
 from mtft.evaluation.evaluate import Evaluation, metrics_record, write_predictions
 from mtft.forgetting.report import monitor_sections
 from mtft.reporting.logs import MetricsLog, held_log_lines, logger, setup_console_logging
-from mtft.reporting.report import Report
+from mtft.reporting.report import Report, learnt_nothing
 from mtft.reporting.run_tables import objectives_table, setup_table
 from mtft.reporting.window import TrainWindow
 from mtft.training import checkpoint as ckpt
@@ -208,6 +208,9 @@ class Training:
         cfg, parts, data = self.config, self.parts, self.parts.data
         write_predictions(parts.run_dir, cfg.evaluation.split, final.predictions)
         write_json(parts.run_dir / "metrics.json", metrics_record(self.step, final.metrics, data))
+        nothing = learnt_nothing(final.metrics)
+        if nothing:
+            logger.warning(f"{nothing} (report.md says so too)")
         pretraining = backbone_pretraining(parts.model.backbone)
         summary = pretraining_summary(pretraining) if pretraining else None
         units = range(len(data.train_units))

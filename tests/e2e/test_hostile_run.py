@@ -243,6 +243,21 @@ def test_predict_on_a_language_the_task_does_not_have_is_one_line(trained, tmp_p
         assert result.stderr.strip().count("\n") == 0 and not (tmp_path / "p.jsonl").exists()
 
 
+def test_the_api_prints_no_library_bars(trained, capfd):
+    """load_run().predict writes nothing of the datasets library's ("Map", "Flattening the indices") to the
+    caller's console, and leaves its bars as they were."""
+    import datasets
+
+    from mtft.api import load_run
+
+    model = load_run(trained)
+    capfd.readouterr()
+    model.predict("xnli", ROWS)
+    out, err = capfd.readouterr()
+    assert "Map" not in out + err and "Flattening" not in out + err
+    assert not datasets.are_progress_bars_disabled()
+
+
 def same(a: dict, b: dict) -> bool:
     """The same row, probabilities to float32 round-off (a row's padding differs with its batch)."""
     close = all(abs(a["probabilities"][k] - b["probabilities"][k]) < 1e-5 for k in b["probabilities"])

@@ -85,3 +85,25 @@ def test_log_lines_are_held_until_the_run_is_accepted(tmp_path):
                 logger.removeHandler(handler)
                 handler.close()
         logger.setLevel(level)
+
+
+def test_a_log_line_during_a_progress_bar_takes_a_line_of_its_own():
+    """The console's lines go through tqdm.write: printed while the bar is drawn, a line clears the bar, stands on
+    its own line whole, and the bar is drawn again after it (no "[\\nmtft] ..." or "rror: ..." fragments)."""
+    import io
+    import logging
+
+    from tqdm import tqdm
+
+    from mtft.reporting.logs import ConsoleHandler
+
+    stream = io.StringIO()
+    handler = ConsoleHandler(stream)
+    handler.setFormatter(logging.Formatter("[mtft] %(message)s"))
+    record = logging.LogRecord("mtft", logging.INFO, __file__, 1, "step 2: loss 0.5", None, None)
+    with tqdm(total=4, file=stream, desc="train", mininterval=0, ascii=True) as bar:
+        bar.update(1)
+        handler.emit(record)
+        bar.update(1)
+    lines = [line.split("\r")[-1] for line in stream.getvalue().split("\n")]
+    assert "[mtft] step 2: loss 0.5" in lines

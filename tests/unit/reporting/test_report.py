@@ -88,3 +88,37 @@ def test_evaluation_table_shows_the_majority_class_baseline_only_where_the_run_s
     text = Report("t", [], final, tables).write(tmp_path).read_text()
     rte, stsb = text.split("### stsb")
     assert "| majority-class baseline (macro) | 0.5270 |" in rte and "majority" not in stsb
+
+
+def test_a_run_at_its_majority_baseline_everywhere_says_so(tmp_path):
+    """Every (task, language) metric at or below its majority-class baseline: one sentence in the report (and the
+    log); one metric above it and the run has learnt something, so nothing is said."""
+    from mtft.reporting.report import learnt_nothing
+
+    flat = {"xnli/en/accuracy": 0.3467, "xnli/en/majority_accuracy": 0.3467, "xnli/de/accuracy": 0.30}
+    flat.update({"xnli/de/majority_accuracy": 0.3467, "xnli/accuracy": 0.323, "xnli/majority_accuracy": 0.3467})
+    said = learnt_nothing(flat)
+    assert said is not None and said.startswith("Every objective ended at or below its majority-class baseline (2")
+    text = Report("t", [], flat, {"xnli": TaskTable(["accuracy"], ["en", "de"])}).write(tmp_path).read_text()
+    assert f"**{said}**" in text
+    assert learnt_nothing({**flat, "xnli/de/accuracy": 0.5}) is None
+    assert learnt_nothing({"stsb/en/pearson": 0.1}) is None  # no baseline: nothing to say
+
+
+def test_every_report_has_the_training_curves(tmp_path):
+    """Each objective's training loss (an objective absent from a logged window is a gap, not a zero), and the tasks'
+    macro metrics once the run was evaluated twice: a figure in every report, monitors or not."""
+    import json
+
+    rows = [
+        {"step": s, "kind": "train", "loss": 1.0 / s, "loss/x/en": 1.0 / s, "loss/x/de": None if s == 2 else 2.0 / s}
+        for s in (1, 2, 3)
+    ]
+    rows += [{"step": s, "kind": "eval", "x/accuracy": 0.5 + s / 10, "x/majority_accuracy": 0.4} for s in (2, 3)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = Report("t", [], {}, {}).write(tmp_path).read_text()
+    assert "![Training loss per objective and evaluation per task](training_curves.png)" in text
+    assert (tmp_path / "training_curves.png").read_bytes()[:4] == b"\x89PNG"
+    (tmp_path / "metrics.jsonl").write_text("")
+    (tmp_path / "training_curves.png").unlink()
+    assert "training_curves" not in Report("t", [], {}, {}).write(tmp_path).read_text()  # an evaluation alone: none

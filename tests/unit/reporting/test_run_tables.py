@@ -20,7 +20,7 @@ def test_the_setup_table_says_how_the_run_was_set_up():
     assert rows["weighting"] == "lfmlf over task_language (floor=0.1), Gram in the optimizer's metric"
     assert rows["backbone pre-training"] == "1,024 tokens"
     assert (rows["steps"], rows["processes"], rows["global batch"]) == ("7", "2", "16")
-    assert rows["DeepSpeed"] == "configs/deepspeed/zero0.json (ZeRO stage 1)"
+    assert rows["DeepSpeed"] == "zero0 (ZeRO stage 1)"  # the default: the built-in stage by name
     assert rows["dev split"] == "0.25 of each training split (seed 0)"
     plain = dict(setup_table(validate_config({"data": {"tasks": [{"name": "xnli"}]}}, source="test"), 1, 1, 0, None))
     assert "backbone pre-training" not in plain and "dev split" not in plain
