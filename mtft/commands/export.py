@@ -31,6 +31,8 @@ from safetensors.torch import save_file
 from mtft.adapters import METHODS, AdapterMethod
 from mtft.api.run import output_policy
 from mtft.commands import add_trust_plugins
+from mtft.commands.export_transformers import AUTO, check_logits, exportable, save_transformers, transformers_model
+from mtft.commands.model_card import model_card, write_card
 from mtft.core.atomic import write_json
 from mtft.core.distributed import quiet_cpu_accelerator
 from mtft.core.errors import CheckpointError
@@ -57,12 +59,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="LoRA / Multi-LoRA: write each task's encoder with its adapter merged into the weights (a plain "
         "Transformers folder per task) instead of PEFT adapters",
     )
+    parser.add_argument(
+        "--transformers",
+        action="store_true",
+        help="write each task as the Transformers model of its kind (AutoModelForSequenceClassification, "
+        "...TokenClassification, ...QuestionAnswering; id2label from the run; a LoRA or Multi-LoRA adapter merged "
+        "into the weights), checked to give the run's logits",
+    )
     add_trust_plugins(parser)
     return parser
 
 
 def main(args: argparse.Namespace) -> int:
-    for folder in export_run(args.run, args.out, args.checkpoint, args.merge, args.trust_plugins):
+    for folder in export_run(args.run, args.out, args.checkpoint, args.merge, args.trust_plugins, args.transformers):
         print(folder)
     return 0
 
@@ -73,17 +82,24 @@ def export_run(
     checkpoint: Union[str, Path, None] = None,
     merge: bool = False,
     trust_plugins: bool = False,
+    transformers: bool = False,
 ) -> list[Path]:
     """Write every adapter (with ``merge``: every task's encoder with its adapter merged in; without adapters: the
     encoder) of ``run_dir`` at ``checkpoint`` (best/ by default, as every command) under ``out`` (which must not
-    exist or be empty); return the folders written. Written under the output policy (:mod:`mtft.core.output`):
-    whole or not at all, never inside the run, a second writer refused."""
+    exist or be empty); return the folders written. With ``transformers``: each task as its kind's Transformers
+    model (:mod:`mtft.commands.export_transformers`). Every folder carries a model card
+    (:mod:`mtft.commands.model_card`). Written under the output policy (:mod:`mtft.core.output`): whole or not at
+    all, never inside the run, a second writer refused."""
     out = Path(out)
     policy = output_policy(run_dir)
     policy.check_folder(out)
     quiet_cpu_accelerator()  # PEFT's save asks transformers about DeepSpeed, which would warn about the CPU
     run = load_run(run_dir, checkpoint, trust_plugins)
     method = run.config.model.adapter.method
+    if merge and transformers:
+        raise CheckpointError("--transformers merges a LoRA adapter into its task's model already; drop --merge")
+    if transformers:
+        return _export_transformers(run, out, method, policy)
     if run.method.routing is None and not run.method.exports_lora:  # full fine-tuning, heads only: no adapters
         if merge:
             raise CheckpointError(f"{run_dir} fine-tuned with model.adapter.method={method}: no adapter to --merge")
@@ -101,10 +117,12 @@ def export_run(
             model = peft_model_for(run.model.encoder, run.method, slot, name, base_ref)
             if merge:  # W0 + BA in the weights: a plain encoder of the backbone's own class
                 _save_encoder(model.merge_and_unload(), run, folder)
+                write_card(folder, model_card(run, task, run.config.model.backbone, "transformers", _load_encoder()))
             else:
                 # the embeddings are frozen under LoRA: nothing of them to save (and no vocabulary check, which
                 # looks for a config.json at base_ref and warns when the base is the export's own ../base)
                 model.save_pretrained(str(folder), save_embedding_layers=False)
+                write_card(folder, model_card(run, task, base_ref, "peft", _load_adapter(base_ref)))  # PEFT's template
             _write_head(run, task, folder)
         write_json(
             partial / "export.json",
@@ -115,9 +133,82 @@ def export_run(
                 "format": "merged" if merge else "peft",
                 "base_model": base_ref,
                 "adapters": {name: task for name, task in slots},
+                "max_length": _max_lengths(run),
             },
         )
     return [inside(out, *name.split("/")) for name, _ in slots]
+
+
+def _export_transformers(run: LoadedRun, out: Path, method: str, policy: OutputPolicy) -> list[Path]:
+    """Every task (every routing slot of an adapter method) as its kind's Transformers model, adapters merged."""
+    adapted = run.method.routing is not None or run.method.exports_lora
+    slots = _slots(run) if adapted else [(task, task) for task in run.heads]
+    for _, task in slots:
+        transformers_model_check(run, task)
+    with policy.writing_folder(out, kind="export", method=method) as partial, _quiet_libraries():
+        for slot, (name, task) in enumerate(slots):
+            folder = inside(partial, *name.split("/"))
+            encoder = run.model.encoder
+            if adapted:  # the slot's adapter merged into W0: the encoder that task's rows see
+                encoder = peft_model_for(encoder, run.method, slot, name, run.config.model.backbone).merge_and_unload()
+            kind, labels = run.heads[task]["kind"], run.heads[task]["label_names"]
+            model = transformers_model(encoder, run.model.heads[task], kind, labels, task)
+            objective = run.objectives.index(name) if adapted and run.method.routing == "objective" else None
+            check_logits(model, run, task, kind, objective)
+            save_transformers(model, run, folder)
+            write_card(folder, model_card(run, task, run.config.model.backbone, "transformers", _load_auto(kind)))
+        write_json(
+            partial / "export.json",
+            {
+                "run": str(run.run_dir.resolve()),
+                "checkpoint": str(run.checkpoint.resolve()),
+                "method": method,
+                "format": "transformers",
+                "tasks": {name: task for name, task in slots},
+                "max_length": _max_lengths(run),
+            },
+        )
+    return [inside(out, *name.split("/")) for name, _ in slots]
+
+
+def transformers_model_check(run: LoadedRun, task: str) -> None:
+    """Refuse, before anything is written, a task whose kind no AutoModelFor class holds."""
+    kind = run.heads[task]["kind"]
+    if not exportable(kind):
+        transformers_model(run.model.encoder, run.model.heads[task], kind, [], task)  # raises its one line
+
+
+def _max_lengths(run: LoadedRun) -> dict[str, int]:
+    """The tokens a row of each task was cut to in training: what a user of the export should cut to as well."""
+    default = run.config.data.max_length
+    lengths = {t.name: t.max_length or default for t in run.config.data.tasks}
+    return {task: lengths.get(task, default) for task in run.heads}
+
+
+def _load_auto(kind: str) -> str:
+    auto = AUTO[kind].__name__
+    return (
+        f"from transformers import {auto}, AutoTokenizer\n\n"
+        f'model = {auto}.from_pretrained("<this folder>")\n'
+        'tokenizer = AutoTokenizer.from_pretrained("<this folder>")\n'
+        'logits = model(**tokenizer(texts, return_tensors="pt", padding=True)).logits  # id2label: model.config'
+    )
+
+
+def _load_adapter(base_ref: str) -> str:
+    return (
+        "import peft\nfrom transformers import AutoModel\n\n"
+        f'encoder = peft.PeftModel.from_pretrained(AutoModel.from_pretrained("{base_ref}"), "<this folder>")\n'
+        "# the task's head: head.safetensors (weights) and head.json (kind, label names) beside the adapter"
+    )
+
+
+def _load_encoder() -> str:
+    return (
+        "from transformers import AutoModel, AutoTokenizer\n\n"
+        'encoder = AutoModel.from_pretrained("<this folder>")\n'
+        "# the task's head: head.safetensors (weights) and head.json (kind, label names) beside it"
+    )
 
 
 def _export_encoder(run: LoadedRun, out: Path, method: str, policy: OutputPolicy) -> list[Path]:
@@ -125,8 +216,15 @@ def _export_encoder(run: LoadedRun, out: Path, method: str, policy: OutputPolicy
     with the tokenizer) and one folder per task holding its head."""
     with policy.writing_folder(out, kind="export", method=method) as partial, _quiet_libraries():
         _save_encoder(run.model.encoder, run, partial / "encoder")
+        first = next(iter(run.heads))
+        write_card(
+            partial / "encoder", model_card(run, first, run.config.model.backbone, "transformers", _load_encoder())
+        )
         for task in run.heads:
             _write_head(run, task, inside(partial, task))
+            write_card(
+                inside(partial, task), model_card(run, task, run.config.model.backbone, "transformers", _load_encoder())
+            )
         write_json(
             partial / "export.json",
             {
@@ -136,6 +234,7 @@ def _export_encoder(run: LoadedRun, out: Path, method: str, policy: OutputPolicy
                 "format": "encoder",
                 "encoder": "encoder",
                 "heads": list(run.heads),
+                "max_length": _max_lengths(run),
             },
         )
     return [out / "encoder", *(inside(out, task) for task in run.heads)]

@@ -138,3 +138,44 @@ def test_merged_export_gives_mtfts_logits_through_transformers(trained_runs):
             logits.append(head.logits(encoder(**enc).last_hidden_state))
         ours = run.model.predict_logits(task, enc["input_ids"], enc["attention_mask"])
         torch.testing.assert_close(logits[-1], ours, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("method", ["multi_lora", "lora", "head"])
+def test_the_transformers_export_loads_with_automodel_and_gives_the_runs_logits(trained_runs, method):
+    """--transformers: each task an AutoModelForSequenceClassification of the backbone's family (its adapter merged),
+    id2label from the run, the run's logits; every folder with a model card, export.json with max_length."""
+    from transformers import AutoModelForSequenceClassification
+
+    root, runs = trained_runs
+    out = root / f"transformers-{method}"
+    result = run_cli("export", "--run", str(runs[method]), "--out", str(out), "--transformers")
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = load_run(runs[method])
+    for task in ("xnli", "nli_copy"):
+        model = AutoModelForSequenceClassification.from_pretrained(str(out / task)).eval()
+        tokenizer = AutoTokenizer.from_pretrained(str(out / task))
+        enc = tokenizer([p for p, _ in TEXTS], [h for _, h in TEXTS], padding=True, return_tensors="pt")
+        assert model.config.id2label == {0: "entailment", 1: "neutral", 2: "contradiction"}
+        with torch.no_grad():
+            theirs = model(**enc).logits
+        ours = run.model.predict_logits(task, enc["input_ids"], enc["attention_mask"])
+        torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=0)
+        card = (out / task / "README.md").read_text()
+        assert card.startswith("---\nlibrary_name: transformers\n") and "pipeline_tag: text-classification" in card
+        assert (
+            f"| adapter | {method}" in card and "## Evaluation" in card and "AutoModelForSequenceClassification" in card
+        )
+    export = json.loads((out / "export.json").read_text())
+    assert export["format"] == "transformers" and export["max_length"] == {"xnli": 64, "nli_copy": 64}
+
+
+def test_every_export_has_a_model_card(trained_runs):
+    """PEFT's empty template replaced: the base, the task, the languages, labels and metrics, how to load it."""
+    root, runs = trained_runs
+    out = root / "cards"
+    assert export_run(runs["multi_lora"], out)
+    card = (out / "xnli" / "README.md").read_text()
+    assert "library_name: peft" in card and "| trained on | en, de |" in card
+    assert "entailment, neutral, contradiction" in card and "peft.PeftModel.from_pretrained" in card
+    assert "base_model: runs/" not in card  # the base is written into the export (../base), not a path elsewhere
+    assert json.loads((out / "export.json").read_text())["max_length"] == {"xnli": 64, "nli_copy": 64}

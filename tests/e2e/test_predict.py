@@ -258,3 +258,51 @@ def test_the_readmes_api_example_runs(run, capsys):
     exec(code.replace('"runs/demo"', repr(str(run))), {})
     label, probabilities = capsys.readouterr().out.split(" ", 1)
     assert label in ("entailment", "neutral", "contradiction") and label in probabilities
+
+
+def test_every_task_kind_exports_as_its_transformers_auto_class(run, tmp_path):
+    """Full fine-tuning of the tiny XLM-R on five task kinds: --transformers writes each as the AutoModelFor class of
+    its kind (sequence classification, regression, token classification, QA, multiple choice), checked against the
+    run's logits before it is kept; loaded back here, the same logits."""
+    from transformers import (
+        AutoModelForMultipleChoice,
+        AutoModelForQuestionAnswering,
+        AutoModelForSequenceClassification,
+        AutoModelForTokenClassification,
+    )
+
+    out = tmp_path / "transformers"
+    export_run(run, out, transformers=True)
+    trained = load_run(run).loaded
+    auto = {
+        "xnli": AutoModelForSequenceClassification,
+        "glue_stsb": AutoModelForSequenceClassification,
+        "wikiann": AutoModelForTokenClassification,
+        "tydiqa": AutoModelForQuestionAnswering,
+        "superglue_copa": AutoModelForMultipleChoice,
+    }
+    texts = ["Der Hund schläft nicht.", "the cat is awake"]
+    for task, cls in auto.items():
+        model = cls.from_pretrained(str(out / task)).eval()
+        tokenizer = AutoTokenizer.from_pretrained(str(out / task))
+        enc = tokenizer(texts, padding=True, return_tensors="pt")
+        with torch.no_grad():
+            if task == "superglue_copa":
+                theirs = model(**{k: v[None] for k, v in enc.items()}).logits.reshape(-1)
+                group = torch.zeros(2, dtype=torch.long)
+                ours = trained.model.predict_logits(task, enc["input_ids"], enc["attention_mask"], group_index=group)
+            else:
+                output = model(**enc)
+                ours = trained.model.predict_logits(task, enc["input_ids"], enc["attention_mask"])
+                if task == "tydiqa":
+                    theirs = torch.stack([output.start_logits, output.end_logits], -1)
+                    mask = enc["attention_mask"].bool()
+                    theirs, ours = theirs[mask], ours[mask]
+                else:
+                    theirs = output.logits.reshape(ours.shape)
+        torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=0)
+        if task == "wikiann":
+            assert set(model.config.id2label.values()) == set(trained.heads["wikiann"]["label_names"])
+    assert (
+        AutoModelForSequenceClassification.from_pretrained(str(out / "glue_stsb")).config.problem_type == "regression"
+    )
