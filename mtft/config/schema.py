@@ -612,11 +612,30 @@ class CheckpointSection(Section):
 
 
 class LoggingSection(Section):
-    """Log interval, TensorBoard, progress bar."""
+    """Log interval, where metrics go (TensorBoard, W&B, MLflow), progress bar."""
 
     every_steps: int = Field(10, ge=1, description="Log losses and throughput every N steps.")
-    tensorboard: bool = Field(False, description="Also write TensorBoard scalars (needs tensorboard).")
+    report_to: list[Literal["tensorboard", "wandb", "mlflow"]] = Field(
+        default_factory=list,
+        description="Where every row of metrics.jsonl also goes, through the library itself (optional extras: "
+        "tensorboard, wandb, mlflow-skinny): tensorboard (<run>/tensorboard), wandb (WANDB_PROJECT, WANDB_MODE: "
+        "offline writes <run>/wandb), mlflow (MLFLOW_TRACKING_URI, default a file store in <run>/mlruns).",
+    )
+    tensorboard: bool = Field(
+        False, description="Also write TensorBoard scalars: the same as report_to: [tensorboard]."
+    )
     progress_bar: bool = Field(True, description="Show a tqdm progress bar on rank 0.")
+
+    @field_validator("report_to")
+    @classmethod
+    def _each_once(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError(f"lists a tracker twice: {value}")
+        return value
+
+    def trackers(self) -> list[str]:
+        """``report_to``, with TensorBoard where the older ``tensorboard: true`` asks for it."""
+        return self.report_to + (["tensorboard"] if self.tensorboard and "tensorboard" not in self.report_to else [])
 
 
 class CorpusSection(Section):

@@ -7,10 +7,9 @@ import json
 import logging
 import math
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Sequence
 
 from mtft.core.atomic import write_text
-from mtft.core.errors import ConfigError
 
 logger = logging.getLogger("mtft")
 
@@ -80,26 +79,26 @@ class MetricsLog:
         self,
         run_dir: Path,
         enabled: bool,
-        tensorboard: bool,
+        report_to: Sequence[str] = (),
         resume_step: Optional[int] = None,
         resume_rows: Optional[int] = None,
+        name: str = "run",
+        params: Optional[dict[str, Any]] = None,
     ):
+        """``report_to``: the trackers every row also goes to (:mod:`mtft.reporting.trackers`), the run known to
+        them by ``name`` with its config ``params``."""
         self.path = run_dir / "metrics.jsonl"
         self.enabled = enabled
-        self.writer = None
+        self.trackers: list[Any] = []
         self.rows = 0  # rows in metrics.jsonl; a checkpoint records it (trainer state "log_rows")
         if not enabled:
             return
         if resume_step is not None and self.path.exists():
             self.rows = self._truncate(resume_step, resume_rows)
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:
-                raise ConfigError(
-                    "logging.tensorboard=true needs the tensorboard package: pip install tensorboard"
-                ) from None
-            self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=resume_step)
+        if report_to:
+            from mtft.reporting.trackers import build_trackers, flat
+
+            self.trackers = build_trackers(list(report_to), run_dir, name, flat(params or {}), resume_step)
 
     def _truncate(self, resume_step: int, resume_rows: Optional[int]) -> int:
         """Keep what was logged up to the checkpoint we resume from: its first ``resume_rows`` rows (the count the
@@ -131,14 +130,19 @@ class MetricsLog:
         with self.path.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps({"step": step, "kind": kind, **clean}) + "\n")
         self.rows += 1
-        if self.writer is not None:
-            for key, value in clean.items():
-                if isinstance(value, (int, float)) and value is not None:
-                    self.writer.add_scalar(f"{kind}/{key}", value, step)
+        if self.trackers:
+            scalars = {
+                f"{kind}/{key}": float(value)
+                for key, value in clean.items()
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            }
+            for tracker in self.trackers:
+                tracker.log(step, scalars)
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+        for tracker in self.trackers:
+            tracker.close()
+        self.trackers = []
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:

@@ -20,6 +20,7 @@ from mtft.data.selection import check_tasks
 from mtft.forgetting.corpus import check_corpus_files
 from mtft.forgetting.retrieval import check_bitext_files, retrieval_pairs
 from mtft.models.backbone import check_backbone
+from mtft.reporting.trackers import check_trackers
 from mtft.tasks.kinds import head_class
 from mtft.training.checkpoint import saved_world_size
 from mtft.training.engine import deepspeed_config
@@ -31,6 +32,7 @@ def preflight(config: RunConfig) -> Optional[Path]:
     world_size = int(os.environ.get("WORLD_SIZE", 1))
     deepspeed_config(config, world_size)  # the DeepSpeed JSON and the precision
     check_bufferless_update(config.weighting, world_size, zero_stage(config))
+    check_trackers(config.logging.trackers())  # logging.report_to: its libraries installed
     resume_from = check_output_dir(config)
     if resume_from is not None:
         check_world_size(resume_from, world_size)

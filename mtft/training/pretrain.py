@@ -343,7 +343,13 @@ class PretrainRun:
         barrier()
         p = config.pretrain
         budgets = [*p.save_at_tokens, p.tokens]
-        log = MetricsLog(self.run_dir, proc.is_main, config.logging.tensorboard)
+        log = MetricsLog(
+            self.run_dir,
+            proc.is_main,
+            config.logging.trackers(),
+            name=config.run.name,
+            params=config.model_dump(mode="json"),
+        )
         start = time.perf_counter()
         results = []
 

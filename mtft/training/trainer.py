@@ -74,9 +74,11 @@ class Training:
         self.log = MetricsLog(
             parts.run_dir,
             proc.is_main,
-            config.logging.tensorboard,
+            config.logging.trackers(),
             resume_step=self.step if config.run.resume else None,
             resume_rows=resume_rows,
+            name=config.run.name,
+            params=config.model_dump(mode="json"),
         )
 
     def run(self) -> Path:

@@ -208,11 +208,12 @@ def test_sgd_cosine_accumulation_and_tensorboard(tmp_path):
                 "training.scheduler.warmup_steps": 3,
                 "training.gradient_accumulation_steps": 2,
                 "training.micro_batch_size": 8,
-                "logging.tensorboard": "true",
+                "logging.report_to": "[tensorboard, wandb, mlflow]",
                 "logging.every_steps": 1,
                 "data.tasks.0.languages": "[en]",
             },
         ),
+        WANDB_MODE="offline",  # W&B's offline mode: <run>/wandb, to `wandb sync` later; MLflow: <run>/mlruns
     )
     assert result.returncode == 0, result.stderr[-3000:]
     train = [e for e in read_jsonl(out / "metrics.jsonl") if e["kind"] == "train"]
@@ -221,6 +222,14 @@ def test_sgd_cosine_accumulation_and_tensorboard(tmp_path):
     assert lrs[:4] == pytest.approx([0.0, 0.05 / 3, 0.1 / 3, 0.05]) and 0 < lrs[-1] < lrs[4] < lrs[3]
     assert all(e["examples_per_s"] > 0 for e in train)
     assert any(p.name.startswith("events.out.tfevents") for p in (out / "tensorboard").iterdir())
+    # logging.report_to: the same rows through W&B (offline) and MLflow (its file store), per-objective losses included
+    [wandb_run] = list((out / "wandb").glob("offline-run-*"))
+    assert any(p.suffix == ".wandb" and p.stat().st_size > 0 for p in wandb_run.iterdir())
+    [mlflow_loss] = list((out / "mlruns").glob("*/*/metrics/train/loss.xnli.en"))
+    steps = [int(line.split()[2]) for line in mlflow_loss.read_text().splitlines()]
+    assert steps == [e["step"] for e in train]
+    ids = json.loads((out / "trackers.json").read_text())
+    assert set(ids) == {"wandb", "mlflow"} and ids["mlflow"] == mlflow_loss.parents[2].name
     assert "global batch | 16" in (out / "report.md").read_text()
 
 

@@ -9,7 +9,7 @@ from mtft.reporting.logs import MetricsLog, read_metrics
 
 
 def _rows(run_dir, steps):
-    log = MetricsLog(run_dir, True, False)
+    log = MetricsLog(run_dir, True)
     for step in steps:
         log.log(step, "train", {"loss": 1.0})
     return log
@@ -17,7 +17,7 @@ def _rows(run_dir, steps):
 
 def test_rows_are_counted_and_resume_keeps_the_checkpoints_rows(tmp_path):
     assert _rows(tmp_path, [1, 2, 2, 3]).rows == 4
-    log = MetricsLog(tmp_path, True, False, resume_step=2, resume_rows=2)
+    log = MetricsLog(tmp_path, True, (), resume_step=2, resume_rows=2)
     assert log.rows == 2 and [r["step"] for r in read_metrics(tmp_path)] == [1, 2]
     log.log(3, "train", {})
     assert log.rows == 3
@@ -25,7 +25,7 @@ def test_rows_are_counted_and_resume_keeps_the_checkpoints_rows(tmp_path):
 
 def test_without_a_row_count_rows_past_the_step_are_dropped(tmp_path):
     _rows(tmp_path, [1, 2, 3, 4])
-    assert MetricsLog(tmp_path, True, False, resume_step=2).rows == 2
+    assert MetricsLog(tmp_path, True, (), resume_step=2).rows == 2
     assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2]
 
 
@@ -36,7 +36,7 @@ def test_a_torn_last_line_is_dropped_with_a_warning(tmp_path, caplog):
     logger = logging.getLogger("mtft")
     logger.addHandler(caplog.handler)
     try:
-        log = MetricsLog(tmp_path, True, False, resume_step=3, resume_rows=None)
+        log = MetricsLog(tmp_path, True, (), resume_step=3, resume_rows=None)
     finally:
         logger.removeHandler(caplog.handler)
     assert log.rows == 2 and [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [
@@ -107,3 +107,24 @@ def test_a_log_line_during_a_progress_bar_takes_a_line_of_its_own():
         bar.update(1)
     lines = [line.split("\r")[-1] for line in stream.getvalue().split("\n")]
     assert "[mtft] step 2: loss 0.5" in lines
+
+
+def test_a_tracker_whose_library_is_missing_is_one_line(monkeypatch):
+    import importlib.util
+
+    import pytest
+
+    from mtft.core.errors import ConfigError
+    from mtft.reporting.trackers import check_trackers
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    with pytest.raises(ConfigError, match="logging.report_to: wandb needs the wandb package: pip install wandb"):
+        check_trackers(["tensorboard", "wandb"])
+
+
+def test_mlflow_names_keep_a_metric_and_its_objectives_apart():
+    """train/loss and train/loss/xnli/en cannot both be files of MLflow's file store: the key's own path goes dotted."""
+    from mtft.reporting.trackers import MLflow
+
+    assert MLflow.name("train/loss/xnli/en") == "train/loss.xnli.en" and MLflow.name("train/loss") == "train/loss"
