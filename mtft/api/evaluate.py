@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 import datasets
 
 from mtft.api.run import TrainedRun, load_run, output_policy
-from mtft.config import config_to_yaml, load_config
+from mtft.config import config_to_yaml
 from mtft.config.run_config import RunConfig
 from mtft.core.atomic import write_json, write_text
 from mtft.core.errors import CheckpointError, ConfigError, DataError, UserError
@@ -28,6 +28,7 @@ from mtft.evaluation.majority import majority_baselines
 from mtft.models.folders import read_json
 from mtft.reporting.report import Report
 from mtft.training.restore import RUN_CONFIG, find_run_dir
+from mtft.training.standalone import read_run_config
 
 OVERRIDABLE = ("data.", "evaluation.")  # what is evaluated; anything else would change what was trained
 
@@ -44,8 +45,8 @@ def evaluation_config(run_dir: Path, overrides: Sequence[str]) -> RunConfig:
             )
     root, _ = find_run_dir(run_dir)
     try:
-        config = load_config(root / "config.yaml", overrides)
-        run_config = load_config(root / "config.yaml")
+        config = read_run_config(root, overrides)
+        run_config = read_run_config(root)
         trained = trained_languages(run_config.data, run_config.evaluation.split)
     except UserError as error:
         raise ConfigError(f"{root}/config.yaml: {error}") from None

@@ -21,11 +21,11 @@ import json
 from pathlib import Path
 
 from mtft.commands import add_trust_plugins
-from mtft.config import load_config
 from mtft.config.run_config import RunConfig
 from mtft.core.errors import CheckpointError, ConfigError, UserError
 from mtft.core.registry import plugin_code
 from mtft.training.restore import CHECKPOINT_HELP, RUN_CONFIG, find_run_dir
+from mtft.training.standalone import read_run_config
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,6 +78,6 @@ def run_config(run: Path) -> RunConfig:
     """The config of the run in ``run`` (or of the run above a checkpoint folder)."""
     run_dir, _ = find_run_dir(run)
     try:
-        return load_config(run_dir / "config.yaml")
+        return read_run_config(run_dir)
     except UserError as error:
         raise CheckpointError(f"{run_dir}/config.yaml: {error}") from None

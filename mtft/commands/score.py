@@ -111,8 +111,10 @@ def read_predictions(path: Path, task: str) -> tuple[dict[str, Any], dict[str, i
             keys = sorted(row) if isinstance(row, dict) else type(row).__name__
             raise DataError(f'{where}: expected an object with exactly the keys "id" and "prediction", got {keys}')
         key = row["id"]
+        if isinstance(key, int) and not isinstance(key, bool):
+            key = str(key)  # predict gives an integer id back as the input had it; the gold ids are strings
         if not isinstance(key, str):
-            raise DataError(f"{where}: the id must be a string, got {echo(key)}")
+            raise DataError(f"{where}: the id must be a string or an integer, got {echo(key)}")
         if key in predictions:
             raise DataError(f"{where}: duplicate id {echo(key)} (first on row {rows[key]})")
         predictions[key], rows[key] = row["prediction"], number

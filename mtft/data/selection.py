@@ -7,7 +7,8 @@ a run's preflight (:mod:`mtft.training.preflight`) all start from :func:`select_
 
 Selection is for a run that trains, or (``trained``) for evaluating a finished run (``run.py evaluate``): nothing is
 trained then, so what concerns training only -- ``source_languages``, the training splits -- neither is checked nor
-decides the sources; a task's sources are the evaluated languages the run trained it on, the rest its targets.
+decides the sources; a task's sources are the evaluated languages the run trained it on, the rest its targets --
+among them, languages its task file does not declare (the data, through ``data.sources``, says whether it has them).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Mapping, Optional, Sequence
 
 from mtft.config.schema import DataSection, EvaluationSection, TaskSelection
 from mtft.core.errors import ConfigError
+from mtft.core.paths import check_name
 from mtft.data.sources import check_local_files
 from mtft.tasks.base import DatasetRef, Task
 from mtft.tasks.registry import discover_tasks, get_task
@@ -81,10 +83,12 @@ def select_tasks(
         task = get_task(selection.name, available).configured(selection.settings, f"data.tasks ({selection.name})")
         languages = selection.languages or list(task.languages)
         unknown = [lang for lang in languages if lang not in task.languages]
-        if unknown:
+        if unknown and trained is None:
             raise ConfigError(
                 f"task {task.name!r} has no language(s) {', '.join(unknown)}; valid: {', '.join(task.languages)}"
             )
+        for lang in unknown:  # evaluating a finished run: any language its data has is a target (a file name)
+            check_name(lang, f"data.tasks ({task.name}).languages")
         protocol = selection.protocol or task.default_protocol
         if protocol not in task.protocols:
             raise ConfigError(f"task {task.name!r} does not support protocol {protocol!r}; valid: {task.protocols}")

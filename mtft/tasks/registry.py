@@ -41,11 +41,13 @@ class TaskCatalog(Mapping[str, Task]):
     def __init__(self) -> None:
         self._built: dict[str, Task] = {}
         self._deferred: dict[str, tuple[dict[str, Any], Path]] = {}
+        self._files: dict[str, Path] = {}
 
     def add(self, spec: dict[str, Any], path: Path) -> None:
         name = spec["name"]
         if name in self:
             return  # an earlier folder's task of the same name shadows this one
+        self._files[name] = path
         if "class" in spec:
             self._deferred[name] = (spec, path)
         else:
@@ -56,6 +58,10 @@ class TaskCatalog(Mapping[str, Task]):
             spec, path = self._deferred.pop(name)  # KeyError for an unknown name, as a Mapping should
             self._built[name] = build_task(spec, path)
         return self._built[name]
+
+    def file_of(self, name: str) -> Path:
+        """The task file ``name`` was read from (the one that shadows any other of the same name)."""
+        return self._files[name]
 
     def __iter__(self) -> Iterator[str]:
         return iter([*self._built, *self._deferred])

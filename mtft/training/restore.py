@@ -27,7 +27,6 @@ from safetensors.torch import load, load_file
 from transformers import AutoModel
 
 from mtft.adapters import AdapterMethod, build_method
-from mtft.config import load_config
 from mtft.config.run_config import RunConfig
 from mtft.core.atomic import is_complete
 from mtft.core.errors import CheckpointError, UserError, shorten
@@ -38,6 +37,7 @@ from mtft.models.multitask import MultiTaskModel
 from mtft.tasks.kinds import HEAD_CLASSES, build_head
 from mtft.tasks.registry import discover_tasks
 from mtft.training.checkpoint import MARKER, latest_checkpoint
+from mtft.training.standalone import read_run_config
 
 ENCODER_DIR = "encoder"
 RUN_CONFIG = "the run folder's config.yaml"  # what names a run's plug-in code, for the refusal (plugin_code)
@@ -173,7 +173,7 @@ def _pinned(root: Path, checkpoint: Path) -> Iterator[dict[str, IO[bytes]]]:
 
 def _rebuild(root: Path, checkpoint: Path, files: dict[str, IO[bytes]]) -> LoadedRun:
     try:
-        config = load_config(root / "config.yaml")
+        config = read_run_config(root)
     except UserError as error:
         raise CheckpointError(f"{root}/config.yaml: {error}") from None
     heads = _heads(checkpoint / "heads.json", files["heads"])
@@ -188,7 +188,7 @@ def _rebuild(root: Path, checkpoint: Path, files: dict[str, IO[bytes]]) -> Loade
     with reading(f"{root}/config.yaml (model.adapter)"):
         method = build_method(config.model.adapter)
         method.apply(encoder, list(heads), objectives, config.run.seed)  # rows are routed by their head's task
-    with reading(f"{root}/config.yaml (data.task_dirs)"):
+    with reading(f"{root}/tasks (the run's task definitions)"):
         _enrol_head_kinds(config, heads)
     with reading(checkpoint / "heads.json"):
         built = {

@@ -24,6 +24,7 @@ from mtft.models.multitask import MultiTaskModel
 from mtft.models.tokenizer import load_backbone_tokenizer, tiny_tokenizer
 from mtft.tasks.kinds import build_head, head_class
 from mtft.training import checkpoint as ckpt
+from mtft.training.standalone import absolute_paths, check_task_files_unchanged
 
 # Keys that may differ between an interrupted run and its resumption.
 _RESUME_FREE_KEYS = {("run", "resume"), ("run", "overwrite"), ("logging", "progress_bar")}
@@ -160,9 +161,11 @@ def check_output_dir(config: RunConfig) -> Optional[Path]:
             f"output directory {run_dir} holds another run; set run.resume=true to continue it, "
             "run.overwrite=true to replace it, or choose another run.output_dir"
         )
-    differences = _config_differences(_saved_config(saved), config.model_dump(mode="json"))
+    # the saved config records its paths absolute (mtft.training.standalone); so is this one, to compare
+    differences = _config_differences(_saved_config(saved), absolute_paths(config).model_dump(mode="json"))
     if differences:
         raise ConfigError(f"cannot resume {run_dir}: the config differs at {', '.join(differences[:5])}")
+    check_task_files_unchanged(run_dir, config)
     return ckpt.latest_checkpoint(run_dir)
 
 
@@ -177,7 +180,7 @@ def _saved_config(saved: Path) -> Any:
     adapter section of earlier versions keeps its method's options only (as loading it does). A config this version
     no longer accepts is compared as written."""
     try:
-        return load_config(saved).model_dump(mode="json")
+        return absolute_paths(load_config(saved)).model_dump(mode="json")
     except ConfigError:
         return yaml.safe_load(saved.read_text())
 

@@ -292,9 +292,10 @@ FAST = {
         "run.py evaluate takes data.* and evaluation.* overrides (what is evaluated); other keys describe what was",
     ),
     "evaluate-bad-override": (
-        ["evaluate", "--run", "{tmp}/run", "--out", "{tmp}/out", "data.tasks.0.languages=[en,xx]"],
+        # a language the task file does not declare is evaluated (a target); one that is no name is refused
+        ["evaluate", "--run", "{tmp}/run", "--out", "{tmp}/out", "data.tasks.0.languages=[en,../xx]"],
         {"run/config.yaml": RUN_OF_XNLI},
-        "has no language(s) xx",
+        "'../xx' is not a valid name",
     ),
     "evaluate-out-in-run": (
         ["evaluate", "--run", "{tmp}/run", "--out", "{tmp}/run/evaluation"],

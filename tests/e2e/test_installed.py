@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import REPO, clean_env, read_jsonl
 
@@ -39,21 +40,34 @@ def fixture_rows(language: str, split: str) -> str:
     return "\n".join(lines[:ROWS]) + "\n"
 
 
+# a task of the user's own, in a folder of theirs, its data files relative to where they work
+TOPIC = """task: topic
+head: sequence_classification
+languages: [en, de]
+default_protocol: in_language
+text_columns: [premise, hypothesis]
+label_names: [entailment, neutral, contradiction]
+data:
+  train: {path: json, data_files: "data/{language}/train.jsonl", split: train}
+  validation: {path: json, data_files: "data/{language}/validation.jsonl", split: train}
+"""
+
+
 def test_the_installed_command_trains_and_predicts_from_an_empty_folder(venv, tmp_path):
+    """Trained from the user's folder; then used from another folder, by the run's path alone: predict, evaluate,
+    export. A later edit of the task file changes nothing about the run, and evaluating it on a language its task
+    file does not declare is one override."""
     home = tmp_path / "my project"  # a user's folder, a space in its name
-    (home / "data").mkdir(parents=True)
-    for language in ("en", "de"):
+    for language in ("en", "de", "fr"):
+        (home / "data" / language).mkdir(parents=True)
         for split in ("train", "validation"):
-            (home / "data" / language).mkdir(exist_ok=True)
             (home / "data" / language / f"{split}.jsonl").write_text(fixture_rows(language, split), encoding="utf-8")
+    (home / "my_tasks").mkdir()
+    (home / "my_tasks" / "topic.yaml").write_text(TOPIC)
     config = {
         "run": {"name": "mine", "output_dir": "runs/mine"},
         "model": {"backbone": "tiny", "dropout": 0.0, "tiny": {"hidden_size": 32, "vocab_size": 200}},
-        "data": {
-            "tasks": [{"name": "xnli", "languages": ["en", "de"], "protocol": "in_language"}],
-            "sources": {"facebook/xnli": "data/{name}/{split}.jsonl"},
-            "max_length": 32,
-        },
+        "data": {"tasks": [{"name": "topic"}], "task_dirs": ["my_tasks"], "max_length": 32},
         "training": {"max_steps": 3, "micro_batch_size": 8},
         "logging": {"progress_bar": False},
     }
@@ -67,15 +81,46 @@ def test_the_installed_command_trains_and_predicts_from_an_empty_folder(venv, tm
     )
     assert str(venv) in where.stdout  # the wheel's mtft, not the checkout's
     env = clean_env(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", OMP_NUM_THREADS="1")
-    trained = subprocess.run(
-        [mtft, "train", "--config", "mine.yaml"], cwd=home, env=env, capture_output=True, text=True, timeout=600
-    )
-    assert trained.returncode == 0, trained.stderr[-3000:]
+
+    def command(*argv: str, cwd: Path, fails: bool = False) -> subprocess.CompletedProcess:
+        done = subprocess.run([mtft, *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+        assert (done.returncode != 0) == fails, done.stderr[-3000:]
+        return done
+
+    command("train", "--config", "mine.yaml", cwd=home)
     run = home / "runs" / "mine"
     assert json.loads((run / "metrics.json").read_text())["step"] == 3
-    assert "zero0" in (run / "config.yaml").read_text()  # the built-in stage, no configs/ folder needed
-    (home / "new.jsonl").write_text(json.dumps({"id": 7, "premise": "a b", "hypothesis": "c"}) + "\n")
-    argv = ["predict", "--run", "runs/mine", "--task", "xnli", "--input", "new.jsonl", "--out", "p.jsonl"]
-    predicted = subprocess.run([mtft, *argv], cwd=home, env=env, capture_output=True, text=True, timeout=600)
-    assert predicted.returncode == 0, predicted.stderr[-3000:]
-    assert read_jsonl(home / "p.jsonl")[0]["id"] == 7
+    saved = (run / "config.yaml").read_text()
+    assert "zero0" in saved  # the built-in stage, no configs/ folder needed
+    assert str(home / "my_tasks") in saved  # paths recorded absolute
+    copy = yaml.safe_load((run / "tasks" / "topic" / "topic.yaml").read_text())  # the task as trained
+    assert copy["data"]["train"]["data_files"] == str(home / "data" / "{language}" / "train.jsonl")  # absolute
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "new.jsonl").write_text(json.dumps({"id": 7, "premise": "a b", "hypothesis": "c"}) + "\n")
+    command("predict", "--run", str(run), "--task", "topic", "--input", "new.jsonl", "--out", "p.jsonl", cwd=elsewhere)
+    assert read_jsonl(elsewhere / "p.jsonl")[0]["id"] == 7
+    command("evaluate", "--run", str(run), "--out", "before", cwd=elsewhere)
+    command("export", "--run", str(run), "--out", "exported", cwd=elsewhere)
+    assert (elsewhere / "exported" / "topic" / "head.safetensors").is_file()
+
+    # the user edits their task file (another language list, other label names): the run is what it was
+    (home / "my_tasks" / "topic.yaml").write_text(TOPIC.replace("[en, de]", "[en]").replace("entailment", "yes"))
+    command("evaluate", "--run", str(run), "--out", "after", cwd=elsewhere)
+    before, after = (json.loads((elsewhere / f / "metrics.json").read_text()) for f in ("before", "after"))
+    assert after == before and "topic/de/accuracy" in after
+    predictions = "predictions/validation/topic/de.jsonl"
+    assert read_jsonl(elsewhere / "after" / predictions) == read_jsonl(elsewhere / "before" / predictions)
+
+    # a language the task file never declared, its data beside the others: one override
+    command("evaluate", "--run", str(run), "--out", "fr", "data.tasks.0.languages=[en,fr]", cwd=elsewhere)
+    french = json.loads((elsewhere / "fr" / "metrics.json").read_text())
+    assert french["topic/en/accuracy"] == before["topic/en/accuracy"]
+    assert french["topic/target_accuracy"] == french["topic/fr/accuracy"]  # fr: a target, the run never trained it
+    # one without data: one line naming the file, nothing written
+    refused = command(
+        "evaluate", "--run", str(run), "--out", "sw", "data.tasks.0.languages=[sw]", cwd=elsewhere, fails=True
+    )
+    assert refused.stderr.count("\n") == 1 and "data/sw/validation.jsonl" in refused.stderr, refused.stderr
+    assert not (elsewhere / "sw").exists()

@@ -69,6 +69,13 @@ def test_gold_predictions_score_perfectly_and_one_wrong_entity_by_hand(tmp_path,
     assert result["f1"] == pytest.approx((entities - changed) / entities)
 
 
+def test_integer_ids_as_predict_gives_them_back_score_as_their_strings(tmp_path, capsys):
+    rows = [{**row, "id": int(row["id"])} for row in gold_ner()]
+    path = str(write_lines(tmp_path / "p.jsonl", rows))
+    result = run(capsys, "--task", "wikiann/en", "--references", WIKIANN, "--predictions", path)
+    assert (result["f1"], result["examples"]) == (1.0, 40)
+
+
 def test_qa_answer_texts_score_with_squad_rules(tmp_path, capsys):
     rows = read_jsonl(REPO / "tasks/tydiqa/fixtures/tydiqa/secondary_task/validation.jsonl")
     swahili = [r for r in rows if r["id"].startswith("swahili-")]
@@ -104,8 +111,8 @@ def bad(tmp_path, rows, *extra):
             r"got \['id', 'pred'\]",
         ),
         (
-            lambda r: r[:1] + [{"id": 1, "prediction": []}] + r[2:],
-            r"row 2: task 'wikiann': the id must be a string, got 1",
+            lambda r: r[:1] + [{"id": 1.5, "prediction": []}] + r[2:],
+            r"row 2: task 'wikiann': the id must be a string or an integer, got 1.5",
         ),
         (
             lambda r: r[:1] + [{**r[1], "prediction": r[1]["prediction"][:-1]}] + r[2:],
