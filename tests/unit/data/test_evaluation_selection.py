@@ -53,10 +53,19 @@ def test_evaluating_no_trained_language_makes_every_language_a_target():
     assert chosen.target_languages() == ["ar", "sw"]
 
 
-def test_evaluation_still_refuses_what_concerns_evaluation():
+def test_a_language_the_task_file_does_not_declare_is_evaluated_as_a_target():
     config = evaluated(["en", "xx"])
     with pytest.raises(ConfigError, match="has no language"):
-        select_tasks(config.data, config.evaluation.split, TRAINED)
+        select_tasks(config.data, config.evaluation.split)  # a run that trains on its declared languages only
+    (chosen,) = select_tasks(config.data, config.evaluation.split, TRAINED)
+    assert chosen.target_languages() == ["xx"]
+    assert chosen.task.dataset_ref("validation", "xx", chosen.protocol).name == "xx"  # the data says if it has it
+
+
+def test_evaluation_still_refuses_what_concerns_evaluation():
+    config = evaluated(["en", "xx"])
+    with pytest.raises(ConfigError, match=r"no 'dev' split to evaluate its target language\(s\) xx"):
+        select_tasks(config.data, "dev", TRAINED)  # the evaluation split, which every evaluated language needs
 
 
 def test_prepared_for_evaluation_nothing_is_trained_and_the_baseline_reads_the_runs_training_labels():
