@@ -55,8 +55,8 @@ data:
 
 def test_the_installed_command_trains_and_predicts_from_an_empty_folder(venv, tmp_path):
     """Trained from the user's folder; then used from another folder, by the run's path alone: predict, evaluate,
-    export. A later edit of the task file changes nothing about the run, and evaluating it on a language its task
-    file does not declare is one override."""
+    export. Moving the run and editing the task file change nothing about it, and evaluating it on a language its
+    task file does not declare is one override."""
     home = tmp_path / "my project"  # a user's folder, a space in its name
     for language in ("en", "de", "fr"):
         (home / "data" / language).mkdir(parents=True)
@@ -105,8 +105,13 @@ def test_the_installed_command_trains_and_predicts_from_an_empty_folder(venv, tm
     command("export", "--run", str(run), "--out", "exported", cwd=elsewhere)
     assert (elsewhere / "exported" / "topic" / "head.safetensors").is_file()
 
-    # the user edits their task file (another language list, other label names): the run is what it was
+    # the run moved to another folder, the user's task file edited (another language list, other label names):
+    # the run is what it was
+    run = run.rename(elsewhere / "moved run")
     (home / "my_tasks" / "topic.yaml").write_text(TOPIC.replace("[en, de]", "[en]").replace("entailment", "yes"))
+    argv = ["--task", "topic", "--input", "new.jsonl", "--out", "p2.jsonl"]
+    command("predict", "--run", str(run), *argv, cwd=elsewhere)
+    assert read_jsonl(elsewhere / "p2.jsonl") == read_jsonl(elsewhere / "p.jsonl")
     command("evaluate", "--run", str(run), "--out", "after", cwd=elsewhere)
     before, after = (json.loads((elsewhere / f / "metrics.json").read_text()) for f in ("before", "after"))
     assert after == before and "topic/de/accuracy" in after
