@@ -88,8 +88,8 @@ def expand_cells(spec: StudySpec) -> list[Cell]:
 
 
 def plan_runs(spec: StudySpec, base: Path, study_file: Path) -> list[PlannedRun]:
-    """Every (cell, seed) run with its resolved, validated config, each followed by its ``leave_one_out`` draws;
-    the first invalid cell raises one line."""
+    """Every (cell, seed) run with its resolved, validated config, each followed by its ``leave_one_out`` draws,
+    seed by seed; the first invalid cell raises one line."""
     raw_base = read_yaml_mapping(base)
     checked: set[str] = set()
     draws = range(spec.leave_one_out.draws) if spec.leave_one_out else range(0)
@@ -97,10 +97,13 @@ def plan_runs(spec: StudySpec, base: Path, study_file: Path) -> list[PlannedRun]
     cells = expand_cells(spec)
     if not cells:
         raise ConfigError(f"{study_file}: exclude leaves out every cell of the study; there is nothing to run")
-    for cell in cells:
-        for seed in spec.seeds_of(cell.axes):
-            runs.append(_planned(spec, raw_base, study_file, cell, seed, None, checked))
-            runs += [_planned(spec, raw_base, study_file, cell, seed, draw, checked) for draw in draws]
+    # seed by seed, every cell of a seed before the next seed: a study stopped part-way (or still running) has
+    # whole seeds of every cell, the pairs its paired differences compare, rather than some cells only
+    for seed in spec.seed_list:
+        for cell in cells:
+            if seed in spec.seeds_of(cell.axes):
+                runs.append(_planned(spec, raw_base, study_file, cell, seed, None, checked))
+                runs += [_planned(spec, raw_base, study_file, cell, seed, draw, checked) for draw in draws]
     return runs
 
 

@@ -135,6 +135,15 @@ def test_fewer_seeds_run_the_first_seeds_of_the_cells_they_name(tmp_path):
         "lfmlf_lr-0.001": [3, 5],
         "lfmlf_lr-0.01": [3, 5],
     }
+    # seed by seed: a study stopped part-way has whole seeds of every cell that runs them
+    order = [(run.cell.name, yaml.safe_load(run.config_yaml)["run"]["seed"]) for run in runs]
+    assert order == [
+        *[(cell, 3) for cell in seeds],
+        *[(cell, 5) for cell in seeds],
+        ("mean_lr-0.001", 8),
+        ("mean_lr-0.01", 8),
+        ("mean_lr-0.001", 9),
+    ]
 
 
 def test_clashing_axis_names_and_values_stay_apart(tmp_path):
@@ -149,12 +158,12 @@ def test_seed_keys_set_every_listed_seed_to_the_runs_seed(tmp_path):
     ``seed_keys: [run.seed, pretrain.seed]`` each seed pre-trains its own backbone too."""
     _, shared = plan(write_study(tmp_path))
     configs = [yaml.safe_load(run.config_yaml) for run in shared]
-    assert [c["run"]["seed"] for c in configs] == [0, 1, 0, 1]
+    assert [c["run"]["seed"] for c in configs] == [0, 0, 1, 1]  # seed by seed
     assert {c["pretrain"]["seed"] for c in configs} == {0}  # the run config's own, whatever the seed
     _, own = plan(write_study(tmp_path, seeds=[3, 5], seed_keys=["run.seed", "pretrain.seed"]))
     configs = [yaml.safe_load(run.config_yaml) for run in own]
-    assert [(c["run"]["seed"], c["pretrain"]["seed"]) for c in configs] == [(3, 3), (5, 5), (3, 3), (5, 5)]
-    assert [run.run_dir.name for run in own] == ["seed-3", "seed-5", "seed-3", "seed-5"]
+    assert [(c["run"]["seed"], c["pretrain"]["seed"]) for c in configs] == [(3, 3), (3, 3), (5, 5), (5, 5)]
+    assert [run.run_dir.name for run in own] == ["seed-3", "seed-3", "seed-5", "seed-5"]
 
 
 @pytest.mark.parametrize(
