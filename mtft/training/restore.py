@@ -40,7 +40,7 @@ from mtft.training.checkpoint import MARKER, latest_checkpoint
 from mtft.training.standalone import read_run_config
 
 ENCODER_DIR = "encoder"
-RUN_CONFIG = "the run folder's config.yaml"  # what names a run's plug-in code, for the refusal (plugin_code)
+RUN_CONFIG = "the run folder (config.yaml, tasks/)"  # what names a run's plug-in code, for the refusal (plugin_code)
 BEST = "best"
 ROTATION_RETRIES = 5  # a default checkpoint resolved again after training rotated it away this many times
 

@@ -162,8 +162,9 @@ def _config_edit(run: Path, change) -> None:
 
 
 def _task_plugin(run: Path) -> None:
-    """A task folder inside the run, named by its config.yaml, whose task file's class: runs Python beside it."""
-    (run / "tasks").mkdir()
+    """A task file among the run's task copies (tasks/, which a finished run reads first), whose class: runs
+    Python beside it."""
+    (run / "tasks").mkdir(exist_ok=True)
     (run / "tasks/evil.py").write_text(EVIL)
     task = {"task": "evil", "class": "evil:Task", "head": "sequence_classification", "languages": ["en"]}
     task |= {"text_columns": ["premise", "hypothesis"], "metrics": ["accuracy"]}
