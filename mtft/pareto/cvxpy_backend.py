@@ -16,6 +16,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from mtft.pareto.solver import psd_factor
+
 # (problem, R parameter, w variable): cvxpy objects, untyped
 CvxpyProblem = tuple[Any, Any, Any]
 # (problem, R parameter, w variable, lower-bound parameter)
@@ -48,12 +50,6 @@ def cvxpy_floored_problem(T: int) -> CvxpyFlooredProblem:
     w = cp.Variable(T, name="w")
     problem = cp.Problem(cp.Minimize(cp.sum_squares(R @ w)), [w >= lo, cp.sum(w) == 1])
     return problem, R, w, lo
-
-
-def psd_factor(gram: np.ndarray) -> np.ndarray:
-    """R with RᵀR = G (negative round-off eigenvalues clipped to 0)."""
-    vals, vecs = np.linalg.eigh(gram)
-    return np.sqrt(np.clip(vals, 0.0, None))[:, None] * vecs.T
 
 
 def project_simplex(v: np.ndarray) -> np.ndarray:

@@ -468,3 +468,10 @@ def _slide(lam: np.ndarray, p: np.ndarray, corral: list[int]) -> tuple[np.ndarra
     total = lam.sum()
     lam = lam / total if total > 0 else np.full(len(lam), 1.0 / len(lam))
     return lam, [c for c, k in zip(corral, keep) if k]
+
+
+def psd_factor(gram: np.ndarray) -> np.ndarray:
+    """R with RᵀR = G (negative round-off eigenvalues clipped to 0): the factor of a Gram that is PSD only up to
+    round-off, for the weightings and the cvxpy reference that need one."""
+    vals, vecs = np.linalg.eigh(gram)
+    return np.sqrt(np.clip(vals, 0.0, None))[:, None] * vecs.T

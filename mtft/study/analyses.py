@@ -1,52 +1,24 @@
-"""Analyses a study file asks for by name, beyond the tables every study gets: ``analyses: {name: {options}}``.
+"""The study analyses by name, and how a study builds and writes them: ``analyses: {name: {options}}``.
 
-An analysis adds numbers to every complete run's record (read from the run directory, like the run summaries of
-:mod:`mtft.study.collect`), so that they are aggregated, tabled and plotted with the rest; and, once the study is
-aggregated, writes its own files under ``<study>/analyses/<name>/`` (one folder, written whole) and a section of
-study.md. The runner asks the registry, never a name: a new analysis is a :class:`StudyAnalysis` subclass enrolled
-in :data:`REGISTRY` (a :class:`mtft.core.registry.Registry`, by a loader: an analysis imports its plotting only when
-a study asks for it), or named ``package.module:Class`` in the study file.
+The runner asks this registry, never a name: a new analysis is a :class:`~mtft.study.analysis.StudyAnalysis`
+subclass (the base, :mod:`mtft.study.analysis`) enrolled in :data:`REGISTRY` (a :class:`mtft.core.registry.Registry`,
+by a loader: an analysis imports its plotting only when a study asks for it), or named ``package.module:Class`` in
+the study file.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
-
-from pydantic import BaseModel, ConfigDict
+from typing import Any
 
 from mtft.core.atomic import AtomicFolder
 from mtft.core.errors import ConfigError
 from mtft.core.registry import Registry
 from mtft.study.aggregate import StudyResults
+from mtft.study.analysis import AnalysisOptions, StudyAnalysis
 from mtft.study.plots import slug
 
-
-class AnalysisOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-
-class StudyAnalysis:
-    """One analysis with its validated options (``Options``, a pydantic model of the study file's mapping)."""
-
-    Options: ClassVar[type[AnalysisOptions]] = AnalysisOptions
-    name: ClassVar[str] = ""
-
-    def __init__(self, options: dict[str, Any]):
-        self.options = self.Options.model_validate(options or {})
-
-    def check(self, axes: list[str]) -> None:
-        """Raise ValueError when the study's ``axes`` do not suit the analysis (checked before anything runs)."""
-
-    def run_metrics(self, run_dir: Path) -> dict[str, float]:
-        """Extra numbers of one complete run (its directory), merged into its record's metrics."""
-        return {}
-
-    def write(self, folder: Path, link: str, records: list[dict[str, Any]], results: StudyResults) -> list[str]:
-        """Write the analysis's files into ``folder``, which becomes ``link`` (relative to the study directory:
-        ``analyses/<name>``); returns the lines of its section of study.md, linking to ``link/<file>``."""
-        return []
-
+__all__ = ["REGISTRY", "AnalysisOptions", "StudyAnalysis", "build_analyses", "write_analyses"]
 
 REGISTRY: Registry[StudyAnalysis] = Registry("analysis", StudyAnalysis)
 

@@ -25,7 +25,7 @@ from pydantic import Field
 from mtft.core.atomic import write_json
 from mtft.reporting.figures import log_scale, plt, save_figure
 from mtft.study.aggregate import StudyResults
-from mtft.study.analyses import AnalysisOptions, StudyAnalysis
+from mtft.study.analysis import AnalysisOptions, StudyAnalysis
 from mtft.study.collect import log_rows
 from mtft.study.inflection import Inflection, describe, find_inflections
 

@@ -19,7 +19,7 @@ from scipy import stats
 
 from mtft.core.atomic import write_json
 from mtft.study.aggregate import StudyResults
-from mtft.study.analyses import StudyAnalysis
+from mtft.study.analysis import StudyAnalysis
 
 TEST = "Brown–Forsythe (scipy.stats.levene, center='median')"
 #: a spread below this (relative to the values' scale) is float round-off of equal values (a std of 1e-16 for

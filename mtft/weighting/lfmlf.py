@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 from typing import ClassVar, Literal, Optional
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from mtft.pareto import Certificate, SolverInputError, check_floor, solve_min_norm
 from mtft.weighting.base import Weighting, WeightingOptions, gradient_norms
@@ -17,7 +18,9 @@ NORMALIZERS = ("none", "l2", "loss", "loss+")
 
 class MinNormOptions(WeightingOptions):
     solver: Literal["exact", "cvxpy"] = Field(
-        "exact", description="Min-norm solver: exact (active set over the simplex) or cvxpy (for comparison)."
+        "exact",
+        description="Min-norm solver: exact (active set over the simplex) or cvxpy (for comparison; the cvxpy "
+        "extra: pip install 'mtft[cvxpy]').",
     )
     floor: float = Field(
         0.0,
@@ -25,6 +28,14 @@ class MinNormOptions(WeightingOptions):
         le=1.0,
         description="The collapse guard β: every weight is kept ≥ β/T (0: the paper's min-norm weights; 1: the mean).",
     )
+
+    @field_validator("solver")
+    @classmethod
+    def _cvxpy_installed(cls, solver: str) -> str:
+        # the reference solver is optional: say what to install when the config is read, not at the first step
+        if solver == "cvxpy" and importlib.util.find_spec("cvxpy") is None:
+            raise ValueError("solver 'cvxpy' needs the cvxpy package: pip install 'mtft[cvxpy]' (or solver: exact)")
+        return solver
 
 
 class LFMLFOptions(MinNormOptions):

@@ -6,7 +6,7 @@ from typing import Optional
 
 import numpy as np
 
-from mtft.pareto.cvxpy_backend import psd_factor
+from mtft.pareto.solver import psd_factor
 from mtft.weighting.base import Weighting, WeightingOptions
 
 

@@ -19,7 +19,7 @@ from mtft.weighting import WEIGHTINGS
 KINDS = {
     "adapter method": (METHODS, "mtft.adapters.base", "AdapterMethod"),
     "weighting": (WEIGHTINGS, "mtft.weighting.base", "Weighting"),
-    "analysis": (ANALYSES, "mtft.study.analyses", "StudyAnalysis"),
+    "analysis": (ANALYSES, "mtft.study.analysis", "StudyAnalysis"),
     "head kind (task)": (TASK_CLASSES, "mtft.tasks.base", "Task"),
     "head kind (head)": (HEAD_CLASSES, "mtft.models.heads", "Head"),
 }

@@ -9,7 +9,8 @@ import pytest
 
 from mtft.core.errors import ConfigError
 from mtft.study.aggregate import aggregate
-from mtft.study.analyses import REGISTRY, StudyAnalysis, build_analyses, write_analyses
+from mtft.study.analyses import REGISTRY, build_analyses, write_analyses
+from mtft.study.analysis import StudyAnalysis
 from mtft.study.overtraining import OvertrainingAnalysis
 from mtft.study.plots import slug
 
@@ -39,7 +40,7 @@ def test_a_registered_name_builds_its_analysis_with_options():
         ({"overtraining": {"tolerance": -1}}, "option 'tolerance'"),
         ({"overtraining": {}}, "budget_axis 'pretrain.tokens' is not an axis of the study (axes: lr)"),
         ({"no.such.module:X": {}}, "'no.such.module:X': cannot import 'no.such.module' (No module named 'no')"),
-        ({"mtft.study.aggregate:StudyResults": {}}, "StudyResults is not a subclass of mtft.study.analyses.StudyA"),
+        ({"mtft.study.aggregate:StudyResults": {}}, "StudyResults is not a subclass of mtft.study.analysis.StudyA"),
     ],
 )
 def test_bad_analyses_are_one_config_error(requested, message):
