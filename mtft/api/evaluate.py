@@ -27,8 +27,8 @@ from mtft.evaluation.evaluate import Evaluation, evaluate, metrics_record, write
 from mtft.evaluation.majority import majority_baselines
 from mtft.models.folders import read_json
 from mtft.reporting.report import Report
+from mtft.runs import read_run_config
 from mtft.training.restore import RUN_CONFIG, find_run_dir
-from mtft.training.standalone import read_run_config
 
 OVERRIDABLE = ("data.", "evaluation.")  # what is evaluated; anything else would change what was trained
 

@@ -39,6 +39,7 @@ from mtft.core.errors import CheckpointError
 from mtft.core.output import OutputPolicy
 from mtft.core.paths import inside
 from mtft.models.named_backbones import NAMED
+from mtft.runs import plain_encoder
 from mtft.training.restore import CHECKPOINT_HELP, LoadedRun, load_run
 
 
@@ -306,11 +307,7 @@ def named_as_configured(config) -> bool:
 
 def base_encoder(encoder: torch.nn.Module) -> torch.nn.Module:
     """A plain copy of a LoRA-adapted ``encoder``, adapters removed: the frozen W0 every adapter sits on."""
-    from transformers import AutoModel
-
-    base = AutoModel.from_config(encoder.config)
-    if getattr(base, "pooler", None) is not None:
-        base.pooler = None
+    base = plain_encoder(encoder.config)
     state = {}
     for name, value in encoder.state_dict().items():
         if ".lora_" in name:

@@ -24,8 +24,8 @@ from mtft.commands import add_trust_plugins
 from mtft.config.run_config import RunConfig
 from mtft.core.errors import CheckpointError, ConfigError, UserError
 from mtft.core.registry import plugin_code
+from mtft.runs import read_run_config
 from mtft.training.restore import CHECKPOINT_HELP, RUN_CONFIG, find_run_dir
-from mtft.training.standalone import read_run_config
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -26,18 +26,15 @@ from typing import Any, Mapping, Optional
 import numpy as np
 import torch
 from safetensors import safe_open
-from transformers import AutoModel
 
-from mtft.adapters import build_method, parameter_table
-from mtft.config import load_config
+from mtft.adapters import parameter_table
 from mtft.core.atomic import is_complete, write_json, write_text
 from mtft.core.errors import CheckpointError, UserError, shorten
-from mtft.models.folders import folder_config, read_json, reading
+from mtft.models.folders import read_json, reading
 from mtft.models.multihead import collapse_stacked_heads
-from mtft.models.multitask import MultiTaskModel
+from mtft.runs import read_run_config, rebuild_model
 from mtft.study.plan import PlannedRun
 from mtft.study.state import is_finished
-from mtft.tasks.kinds import build_head
 
 WEIGHTS = "model.safetensors"
 
@@ -92,26 +89,16 @@ def final_checkpoint(run_dir: Path) -> Path:
 
 
 def trained_part(run_dir: Path, checkpoint: Path) -> TrainedPart:
-    """The parameters the run's adapter method trains, from a meta-device rebuild of its model (as ``load_run``
-    rebuilds it: the encoder's saved config, the method applied, one head per ``heads.json`` entry)."""
-    config = load_config(Path(run_dir) / "config.yaml")
+    """The parameters the run's adapter method trains, from a meta-device rebuild of its model: the run loader's
+    own rebuild (:func:`mtft.runs.rebuild_model`), head kinds of task plug-ins included."""
+    with reading(f"{run_dir}/config.yaml"):
+        config = read_run_config(Path(run_dir))
     heads = read_json(checkpoint / "heads.json")
     with reading(checkpoint / "trainer_state.json"):
         objectives = list(read_json(checkpoint / "trainer_state.json")["objectives"])
-    encoder_config = folder_config(Path(run_dir) / "encoder")
-    with torch.device("meta"):
-        encoder = AutoModel.from_config(encoder_config)
-        if getattr(encoder, "pooler", None) is not None:
-            encoder.pooler = None  # as in training (mtft.models.backbone)
-        build_method(config.model.adapter).apply(encoder, list(heads), objectives, config.run.seed)
-        model = MultiTaskModel(
-            encoder,
-            {
-                task: build_head(m["kind"], encoder.config.hidden_size, m["label_names"], 0.0)
-                for task, m in heads.items()
-            },
-            num_objectives=len(objectives),
-        )
+    model, _ = rebuild_model(
+        Path(run_dir), config, heads, objectives, device="meta", heads_file=checkpoint / "heads.json"
+    )
     shapes = {name: tuple(p.shape) for name, p in model.named_parameters() if p.requires_grad}
     parts = [part for part, _, trainable in parameter_table(model)[:-1] if trainable]
     return TrainedPart(shapes, " + ".join(parts), sum(math.prod(s) for s in shapes.values()))

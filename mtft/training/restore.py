@@ -24,22 +24,18 @@ from pathlib import Path
 from typing import IO, Any, Iterator, Optional, Union
 
 from safetensors.torch import load, load_file
-from transformers import AutoModel
 
-from mtft.adapters import AdapterMethod, build_method
+from mtft.adapters import AdapterMethod
 from mtft.config.run_config import RunConfig
 from mtft.core.atomic import is_complete
 from mtft.core.errors import CheckpointError, UserError, shorten
 from mtft.core.registry import plugin_code
-from mtft.models.folders import folder_config, folder_tokenizer, reading
+from mtft.models.folders import folder_tokenizer, reading
 from mtft.models.multihead import collapse_stacked_heads
 from mtft.models.multitask import MultiTaskModel
-from mtft.tasks.kinds import HEAD_CLASSES, build_head
-from mtft.tasks.registry import discover_tasks
+from mtft.runs import ENCODER_DIR, read_run_config, rebuild_model
 from mtft.training.checkpoint import MARKER, latest_checkpoint
-from mtft.training.standalone import read_run_config
 
-ENCODER_DIR = "encoder"
 RUN_CONFIG = "the run folder (config.yaml, tasks/)"  # what names a run's plug-in code, for the refusal (plugin_code)
 BEST = "best"
 ROTATION_RETRIES = 5  # a default checkpoint resolved again after training rotated it away this many times
@@ -179,23 +175,7 @@ def _rebuild(root: Path, checkpoint: Path, files: dict[str, IO[bytes]]) -> Loade
     heads = _heads(checkpoint / "heads.json", files["heads"])
     with reading(Path(files["state"].name)):
         objectives = [str(name) for name in _json(files["state"])["objectives"]]
-    encoder_dir = root / ENCODER_DIR
-    encoder_config = folder_config(encoder_dir)  # refuses an auto_map before anything loads
-    with reading(encoder_dir / "config.json"):
-        encoder = AutoModel.from_config(encoder_config)
-    if getattr(encoder, "pooler", None) is not None:
-        encoder.pooler = None  # as in training (mtft.models.backbone)
-    with reading(f"{root}/config.yaml (model.adapter)"):
-        method = build_method(config.model.adapter)
-        method.apply(encoder, list(heads), objectives, config.run.seed)  # rows are routed by their head's task
-    with reading(f"{root}/tasks (the run's task definitions)"):
-        _enrol_head_kinds(config, heads)
-    with reading(checkpoint / "heads.json"):
-        built = {
-            task: build_head(meta["kind"], encoder.config.hidden_size, meta["label_names"], 0.0)
-            for task, meta in heads.items()
-        }
-    model = MultiTaskModel(encoder, built, num_objectives=len(objectives))
+    model, method = rebuild_model(root, config, heads, objectives, heads_file=checkpoint / "heads.json")
     weights = checkpoint / "model.safetensors"
     with reading(weights):
         saved = _safetensors(files["model"])
@@ -210,20 +190,8 @@ def _rebuild(root: Path, checkpoint: Path, files: dict[str, IO[bytes]]) -> Loade
             f"{weights} does not fit the run's model (weights of another run?): missing {sorted(missing)[:3]}, "
             f"unexpected {sorted(unexpected)[:3]}"
         )
-    tokenizer = folder_tokenizer(encoder_dir)
+    tokenizer = folder_tokenizer(root / ENCODER_DIR)
     return LoadedRun(config, model.eval(), tokenizer, heads, objectives, checkpoint, method, root)
-
-
-def _enrol_head_kinds(config, heads: dict[str, dict[str, Any]]) -> None:
-    """A head of a kind mtft does not ship was enrolled by its task's plug-in module (``register_kind`` beside the
-    task file): load that task first -- which imports its ``class:``, under the run's plug-in gate -- so the kind is
-    known when the head is rebuilt."""
-    unknown = [task for task, meta in heads.items() if meta.get("kind") not in HEAD_CLASSES]
-    if unknown:
-        catalog = discover_tasks(config.data.task_dirs)
-        for task in unknown:
-            if task in catalog:
-                catalog[task]  # builds the task, importing its plug-in
 
 
 def _heads(path: Path, handle: IO[bytes]) -> dict[str, dict[str, Any]]:

@@ -6,26 +6,24 @@ from any folder, and a later edit of a task file changes nothing about the run.
   to read the run again. The training itself runs on the config as given.
 - ``tasks/<task>/`` holds a copy of each task's definition: its task file (data paths made absolute) and the
   module of a ``class:`` plug-in beside it. A finished run reads its tasks from there first
-  (:func:`read_run_config`); a resumed run is refused where its task files changed since it started.
+  (:func:`mtft.runs.read_run_config`); a resumed run is refused where its task files changed since it started.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import yaml
 
-from mtft.config import load_config
 from mtft.config.deepspeed import BUILT_IN
 from mtft.config.run_config import RunConfig
 from mtft.core.errors import ConfigError
 from mtft.core.safe_yaml import load_yaml, read_text
 from mtft.models.named_backbones import NAMED
+from mtft.runs import TASKS_DIR
 from mtft.tasks.registry import discover_tasks
-
-TASKS_DIR = "tasks"
 
 
 def absolute_paths(config: RunConfig) -> RunConfig:
@@ -142,24 +140,6 @@ def _plugin_module(reference: Any, task_file: Path) -> Optional[Path]:
     module = reference.partition(":")[0]
     beside = task_file.parent / f"{module}.py"
     return beside if "." not in module and beside.is_file() else None
-
-
-# ----- reading a finished run ------------------------------------------------------------------------------
-
-
-def read_run_config(root: Path, overrides: Iterable[str] = ()) -> RunConfig:
-    """A run folder's ``config.yaml`` (with ``overrides``), its tasks read from the copies it keeps: the task
-    folders it was trained with are replaced by its ``tasks/``, and task folders an override adds are searched
-    after it."""
-    overrides = list(overrides)
-    config = load_config(Path(root) / "config.yaml", overrides)
-    kept = Path(root) / TASKS_DIR
-    if not kept.is_dir():
-        return config
-    trained_with = load_config(Path(root) / "config.yaml").data.task_dirs if overrides else config.data.task_dirs
-    added = [folder for folder in config.data.task_dirs if folder not in trained_with]
-    data = config.data.model_copy(update={"task_dirs": [str(kept), *added]})
-    return config.model_copy(update={"data": data})
 
 
 def check_task_files_unchanged(run_dir: Path, config: RunConfig) -> None:

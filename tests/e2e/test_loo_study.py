@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ import yaml
 
 from mtft.training.restore import load_run
 from tests.conftest import REPO, run_cli
+from tests.e2e.helpers.plugin_kind import write_kind_task
 
 pytestmark = pytest.mark.timeout(600)
 CELLS = {"full": "encoder weights + task heads", "head": "task heads"}
@@ -75,3 +78,48 @@ def test_leave_one_out_study_reports_the_distance_of_each_pair(tmp_path):
         assert 0 < pair["normalized"] <= 2
         assert cell["distance"]["mean"] == pair["distance"] and cell["distance"]["n"] == 1
     assert "## Leave-one-out stability" in (out / "study.md").read_text()
+
+
+def test_leave_one_out_study_over_a_plug_in_head_kind(tmp_path):
+    """The study rebuilds each run's model as the run loader does, head kinds of task plug-ins included."""
+    tasks = write_kind_task(tmp_path / "tasks")
+    out = tmp_path / "study"
+    study = {
+        "name": "loo_kind",
+        "base": str(REPO / "tests/e2e/base.yaml"),
+        "overrides": {
+            "weighting.method": "mean",
+            "weighting.options": {},
+            "data.task_dirs": [str(tasks)],
+            "data.tasks": [{"name": "nli_tempered", "languages": ["en"], "max_train_examples": 32}],
+            "training.max_steps": 2,
+            "training.micro_batch_size": 16,
+            "evaluation.every_steps": 2,
+            "evaluation.metric_for_best": "nli_tempered/accuracy",
+            "checkpointing.every_steps": 2,
+            "logging.every_steps": 2,
+            "corpus.languages": ["en"],
+            "model.adapter.method": "head",
+        },
+        "seeds": [5],
+        "leave_one_out": {"count": 1, "draws": 1, "seed": 11},
+        "metrics": ["nli_tempered/accuracy"],
+        "output_dir": str(out),
+        "executor": {"name": "local", "workers": 2},
+    }
+    path = tmp_path / "loo.yaml"
+    path.write_text(yaml.safe_dump(study), encoding="utf-8")
+    done = run_cli("study", "--config", str(path), processes=2, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    (cell,) = json.loads((out / "loo.json").read_text())
+    assert cell["trained_part"].startswith("task heads (") and not cell["missing"]
+    (pair,) = cell["pairs"]
+    assert 0 < pair["distance"] and math.isfinite(pair["distance"])
+    # the study's planning imported the plug-in, enrolling its kind in that process; a fresh process reading
+    # the run's trained part learns the kind from the run's own task copies
+    run = out / "runs" / "base" / "seed-5"
+    read = "from mtft.study.loo import final_checkpoint, trained_part; import sys; r = sys.argv[1]; "
+    read += "print(trained_part(r, final_checkpoint(r)).size)"
+    fresh = subprocess.run([sys.executable, "-c", read, str(run)], capture_output=True, text=True, cwd=tmp_path)
+    assert fresh.returncode == 0, fresh.stderr[-2000:]
+    assert f"({int(fresh.stdout):,} weights)" in cell["trained_part"]

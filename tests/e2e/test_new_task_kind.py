@@ -7,42 +7,9 @@ from __future__ import annotations
 import math
 
 import pytest
-import yaml
 
-from tests.conftest import BASE_CONFIG, base_overrides, run_cli, xnli_task_spec
-
-KIND_MODULE = '''
-from dataclasses import dataclass
-
-from mtft.models.heads import SequenceClassificationHead
-from mtft.tasks.base import Task
-from mtft.tasks.kinds import register_kind
-
-
-class TemperedHead(SequenceClassificationHead):
-    """A classifier whose probabilities are a softmax at temperature 2."""
-
-    kind = "tempered_classification"
-
-    def probabilities(self, logits, **context):
-        return (logits / 2.0).softmax(-1).tolist()
-
-
-@dataclass
-class IndexedTask(Task):
-    """Sequence classification whose predicted rows also give the label's index."""
-
-    head: str = "tempered_classification"
-
-    def prediction_rows(self, outputs, encoded, raw, label_names):
-        rows = super().prediction_rows(outputs, encoded, raw, label_names)
-        for row in rows.values():
-            row["label_index"] = list(label_names).index(row["prediction"])
-        return rows
-
-
-register_kind("tempered_classification", IndexedTask, TemperedHead)
-'''
+from tests.conftest import BASE_CONFIG, base_overrides, run_cli
+from tests.e2e.helpers.plugin_kind import write_kind_task
 
 
 @pytest.fixture(autouse=True)
@@ -60,13 +27,7 @@ def kinds_restored():
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     folder = tmp_path_factory.mktemp("new_kind")
-    tasks = folder / "tasks"
-    tasks.mkdir()
-    (tasks / "tempered_kind.py").write_text(KIND_MODULE)
-    spec = xnli_task_spec(
-        "nli_tempered", ["en", "de"], head="tempered_classification", **{"class": "tempered_kind:IndexedTask"}
-    )
-    (tasks / "nli_tempered.yaml").write_text(yaml.safe_dump(spec))
+    tasks = write_kind_task(folder / "tasks")
     out = folder / "run"
     overrides = base_overrides(
         out,

@@ -11,9 +11,10 @@ import yaml
 
 from mtft.config import load_config
 from mtft.core.errors import ConfigError
+from mtft.runs import read_run_config
 from mtft.training.rundir import create_run_dir
 from mtft.training.setup import check_output_dir
-from mtft.training.standalone import absolute_paths, read_run_config, task_copies
+from mtft.training.standalone import absolute_paths, task_copies
 from tests.conftest import REPO
 
 TASK = """task: topic
