@@ -8,7 +8,7 @@ It runs ``python -m pytest`` as the README does (setup.cfg's options: a worker p
 prints the wall time, the seconds summed over the tests, the files by their seconds, the slowest tests and the
 runs the tests launched (``MTFT_TESTS_LAUNCH_LOG``, tests/launch.py) by file; with
 ``--coverage`` also the line and branch coverage of ``mtft/``, subprocesses (``run.py``, torchrun's ranks, study
-jobs) and the warm Python's forks included. docs/testing.md keeps the table of the last measurement.
+jobs) and the warm Python's forks included. docs/results.md ("The test suite's cost") keeps the last measurement.
 """
 
 from __future__ import annotations

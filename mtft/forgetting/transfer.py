@@ -46,7 +46,7 @@ class Setting:
     vocab_size: int = 2000
     block_size: int = 32
     batch_size: int = 32
-    pretrain_steps: int = 8000  # 2,000 left the encoder too little cross-lingual to transfer (docs/fixtures.md)
+    pretrain_steps: int = 8000  # 2,000 left the encoder too little cross-lingual to transfer (docs/results.md)
     pretrain_lr: float = 3e-3
     finetune_steps: int = 150
     finetune_lr: float = 1e-3
