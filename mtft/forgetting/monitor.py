@@ -21,6 +21,7 @@ All ranks compute the same numbers (they hold the same weights); rank 0 logs and
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -43,6 +44,7 @@ from mtft.config.schema import (
     ModelSection,
 )
 from mtft.core.errors import ConfigError
+from mtft.core.runlock import waiting_lock
 from mtft.forgetting.contrastive import ContrastiveLp, ParallelEvalSet, build_parallel_eval_set
 from mtft.forgetting.corpus import MlmEvalSet, build_eval_set, corpus_languages
 from mtft.forgetting.head_fit import fitted_head
@@ -496,8 +498,16 @@ class ForgettingMonitor:
 
     # ---------------------------------------------------------------------------------------------
     def _lambda_p(self) -> tuple[EigenResult, bool]:
-        """λ_p from the cache, or by power iteration / Lanczos at θ_p (the caller holds θ_p in place)."""
+        """λ_p from the cache, or by power iteration / Lanczos at θ_p (the caller holds θ_p in place). Runs started
+        together on one θ_p (the cells of a study's seed) compute it once: the first holds the entry's lock, the
+        others wait for it and read what it wrote."""
         path = self._cache_path(self._cache_key())
+        lock = path.with_name(f".{path.name}.lock")
+        waiting = lambda: logger.info(f"λ_p: waiting for another run computing it ({path})")  # noqa: E731
+        with waiting_lock(lock, waiting) if self.is_main else contextlib.nullcontext():
+            return self._lambda_p_at(path)
+
+    def _lambda_p_at(self, path: Path) -> tuple[EigenResult, bool]:
         distributed = torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1
         cached = torch.tensor([float(path.is_file())], device=self.device)
         if distributed:  # every rank takes the same branch, or the broadcast below would wait forever

@@ -5,6 +5,7 @@ row through the first task's."""
 from __future__ import annotations
 
 import copy
+import time
 from types import SimpleNamespace
 
 import peft
@@ -175,3 +176,39 @@ def test_lambda_p_is_cached_for_theta_p_whatever_the_adapters_initialisation(tmp
     with torch.no_grad(), monitor.tracker.at_pretrained():
         next(p for n, p in model.named_parameters() if "base_layer" in n).add_(1.0)
         assert monitor._cache_key() != keys[0]
+
+
+def test_runs_started_together_compute_lambda_p_once(tmp_path, monkeypatch):
+    """Two runs on one θ_p (a study's cells of one seed) starting at once: the first computes λ_p under the cache
+    entry's lock, the second waits for it and reads the value it wrote."""
+    import threading
+
+    import mtft.forgetting.monitor as monitor_module
+
+    computed = []
+    real = monitor_module.top_eigenvalue
+
+    def slow_top_eigenvalue(*args, **kwargs):
+        computed.append(threading.get_ident())
+        time.sleep(0.5)  # long enough for the other run to reach the cache entry meanwhile
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(monitor_module, "top_eigenvalue", slow_top_eigenvalue)
+    monitors = [lora_run(tmp_path / name)[2] for name in ("a", "b")]
+    shared = monitors[0]._cache_path(monitors[0]._cache_key())
+    results = {}
+
+    def start(index: int) -> None:
+        monitor = monitors[index]
+        monitor._cache_path = lambda key: shared  # one cache for both, as on one machine
+        with monitor.tracker.at_pretrained():
+            results[index] = monitor._lambda_p()
+
+    threads = [threading.Thread(target=start, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(computed) == 1
+    (first, first_cached), (second, second_cached) = sorted(results.values(), key=lambda r: r[1])
+    assert (first_cached, second_cached) == (False, True) and first.value == second.value
