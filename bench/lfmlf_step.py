@@ -51,9 +51,11 @@ from transformers import AutoModel, XLMRobertaConfig  # noqa: E402
 
 from mtft.core.rows import labelled_rows  # noqa: E402
 from mtft.gradients import row_sparse_parameters  # noqa: E402
+from mtft.gradients.store import TapeStore  # noqa: E402
 from mtft.models.checkpointing import enable_checkpointing  # noqa: E402
 from mtft.models.heads import SequenceClassificationHead  # noqa: E402
 from mtft.models.multitask import MultiTaskModel  # noqa: E402
+from mtft.training.gradient_store import gradient_store  # noqa: E402
 from mtft.training.gram_step import GramWeightedStep  # noqa: E402
 from mtft.training.step import LossWeightedStep, StepResult  # noqa: E402
 from mtft.weighting import MeanWeighting, build_weighting  # noqa: E402
@@ -98,8 +100,8 @@ class NaiveStep(GramWeightedStep):
 
     def __call__(self, micro_batches) -> StepResult:
         (batch,) = list(micro_batches)
-        params = [p for p in self.module.parameters() if p.requires_grad]
-        sums, counts = self.module(**batch)
+        params = [p for p in self.engine.module.parameters() if p.requires_grad]
+        sums, counts = self.engine.module(**batch)
         grads = []
         for t in range(self.num_objectives):
             g = torch.autograd.grad(
@@ -195,21 +197,20 @@ def make_step(kind: str, engine, num_objectives: int, chunk_mb: Optional[float] 
     if kind == "autogram":
         return AutogramStep(engine, num_objectives)
     if kind == "naive":
-        return NaiveStep(engine, build_weighting("lfmlf"), num_objectives, 1, shared=params)
-    bufferless = kind.startswith("bufferless")
-    step = GramWeightedStep(
+        return NaiveStep(gradient_store(engine, num_objectives, 1, params), build_weighting("lfmlf"))
+    store = gradient_store(
         engine,
-        build_weighting("lfmlf"),
         num_objectives,
         1,
-        shared=params,
-        bufferless=bufferless,
-        second_backward=kind == "bufferless_backward",
+        params,
+        buffers="none" if kind.startswith("bufferless") else "full",
+        update="backward" if kind == "bufferless_backward" else "tape",
         chunk_bytes=None if chunk_mb is None else int(chunk_mb * 2**20),
     )
     if kind == "bufferless_whole":
-        assert step.layerwise is not None
-        step.layerwise.chunk_elements = 1 << 62
+        assert isinstance(store, TapeStore)
+        store.layerwise.chunk_elements = 1 << 62
+    step = GramWeightedStep(store, build_weighting("lfmlf"))
     return step
 
 

@@ -8,7 +8,7 @@ unsharded path, and the LF-MLF step against the plain mean-loss step, for T obje
 Every (N, T) point runs one step of each kind on the same global batch, from the same random weights (no
 download), in N processes (torch.multiprocessing, gloo):
   plain      the mean of the per-objective losses, one backward          (mtft.training.step.LossWeightedStep)
-  unsharded  LF-MLF, the per-objective gradients all-reduced whole        (GramWeightedStep, shard_gradients=False)
+  unsharded  LF-MLF, the per-objective gradients all-reduced whole        (gradient_store, shard=False)
   sharded    LF-MLF, reduce-scatter / partial Gram / each rank its part of the combination, completed by the
              engine's gradient averaging (the default on N > 1; mtft/gradients/sharded.py)
 The engine is a minimal data-parallel one standing in for DeepSpeed ZeRO-0 (backward, one all-reduce of the
@@ -48,6 +48,8 @@ import torch.multiprocessing as mp  # noqa: E402
 from lfmlf_step import build, make_batch  # noqa: E402
 from transformers import AutoModel, XLMRobertaConfig  # noqa: E402
 
+from mtft.gradients.store import ShardedStore  # noqa: E402
+from mtft.training.gradient_store import gradient_store  # noqa: E402
 from mtft.training.gram_step import GramWeightedStep  # noqa: E402
 from mtft.training.step import LossWeightedStep  # noqa: E402
 from mtft.weighting import MeanWeighting, build_weighting  # noqa: E402
@@ -185,27 +187,22 @@ def run_point(rank: int, world_size: int, port: int, args, results) -> None:
         if kind == "plain":
             step = LossWeightedStep(engine, MeanWeighting(), args.objectives, world_size)
         else:
-            step = GramWeightedStep(
-                engine,
-                build_weighting("lfmlf"),
-                args.objectives,
-                world_size,
-                shared=engine.params,
-                shard_gradients=kind == "sharded",
-            )
+            store = gradient_store(engine, args.objectives, world_size, engine.params, shard=kind == "sharded")
+            step = GramWeightedStep(store, build_weighting("lfmlf"))
         with Traffic(world_size) as traffic:
             step([dict(mine)])
         buffer, touched, capacity = 0, 0, 0
         if kind != "plain":
-            collector = step.collector
+            collector = step.store.collector
             buffer = _nbytes(collector.flat) + sum(b.nbytes for b in collector.sparse.values())
             touched = sum(len(collector.touched_rows(p)) * p[0].numel() for p in collector.embeddings)
             capacity = sum(b.store[0].numel() for b in collector.sparse.values())
-            if step.sharded is not None:
-                buffer += _nbytes(step.sharded.shard) + step.sharded.peak_staging_bytes
-                grams[kind] = step.sharded.gram(engine.params)
+            if isinstance(step.store, ShardedStore):
+                sharded = step.store.sharded
+                buffer += _nbytes(sharded.shard) + sharded.peak_staging_bytes
+                grams[kind] = sharded.gram(engine.params)
             else:
-                grams[kind] = step.collector.gram(engine.params)
+                grams[kind] = collector.gram(engine.params)
                 # the reduced gradients' Gram in float64 throughout, to tell each path's float32 round-off
                 flat = collector.flat.double()
                 grams["float64"] = flat @ flat.t()

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
+from mtft.config.bufferless import second_backward_refusal
 from mtft.config.schema import (
     CheckpointSection,
     CorpusSection,
@@ -90,23 +91,13 @@ class RunConfig(Section):
 
     @model_validator(mode="after")
     def _bufferless_update_needs(self) -> "RunConfig":
-        """``bufferless_update: backward`` forms each layer's part of the Gram at its hook, so each layer's products
-        must be complete there: one micro-batch a step; and it keeps nothing to re-form them for the descent check.
-        (One process is checked at launch, where the world size is known.)"""
-        weighting = self.weighting
-        if not weighting.may_update_by_second_backward():
+        """``bufferless_update: backward`` where the bufferless step may be chosen: the micro-batches and the descent
+        check of :func:`~mtft.config.bufferless.second_backward_refusal` (processes and ZeRO stage at launch)."""
+        if not self.weighting.may_update_by_second_backward():
             return self
-        if self.training.gradient_accumulation_steps > 1:
-            raise ValueError(
-                "weighting.bufferless_update=backward forms the Gram during the backward pass, exact for one "
-                f"micro-batch a step (training.gradient_accumulation_steps={self.training.gradient_accumulation_steps}"
-                "), since the micro-batches' cross terms enter the Gram: use weighting.bufferless_update=tape"
-            )
-        if weighting.descent_check:
-            raise ValueError(
-                "weighting.descent_check=true re-forms the per-objective products after the step, from the tape that "
-                "weighting.bufferless_update=backward does not keep: use weighting.bufferless_update=tape"
-            )
+        refusal = second_backward_refusal(self.training.gradient_accumulation_steps, self.weighting.descent_check)
+        if refusal is not None:
+            raise ValueError(refusal)
         return self
 
     @model_validator(mode="after")

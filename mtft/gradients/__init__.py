@@ -6,8 +6,10 @@ from mtft.gradients.per_objective import PerObjectiveGradients
 from mtft.gradients.reference import reference_objective_gradients
 from mtft.gradients.shapes import full_numel, full_shape
 from mtft.gradients.sharded import ShardedGradients
+from mtft.gradients.store import GradientStore
 
 __all__ = [
+    "GradientStore",
     "LayerwiseGradients",
     "PerObjectiveGradients",
     "ShardedGradients",

@@ -29,9 +29,9 @@ moment its output gradient arrives; after the solve, a second backward pass of Î
 output gradient already scaled, and its product with the layer's input is the update. What the step holds beyond a
 plain step's is then one chunk of products and the T Ã— T Gram -- for one more backward pass of time. It is exact
 when each layer's products are complete at its hook: one micro-batch per step, one process (the dense products of
-several ranks must be summed before their Gram, in the same layer order on every rank), and each trainable layer
-called once per forward pass (a second call of a layer is refused: the first call's products would have entered
-the Gram alone).
+several ranks must be summed before their Gram, in the same layer order on every rank) -- where it may run is
+:func:`mtft.config.bufferless.second_backward_refusal`'s -- and each trainable layer called once per forward pass (a
+second call of a layer is refused here: the first call's products would have entered the Gram alone).
 
 Several micro-batches per step: a layer's products are summed over every micro-batch's records before they enter
 the Gram, so the cross terms between micro-batches are exact (the tape then holds every micro-batch's layer inputs
@@ -275,12 +275,9 @@ class LayerwiseGradients:
     ) -> None:
         """The step's backward pass forms the Gram of ``params`` (as :meth:`gram` would) layer by layer as it goes,
         keeping no tape; :meth:`gram` then returns it. Call :meth:`zero` first, and run the backward pass with
-        ``retain_graph=True``: the update comes from a second one, inside :meth:`combining`."""
-        if self.world_size > 1:
-            raise ValueError(
-                "the Gram formed during the backward pass needs one process (its layers' products must be summed "
-                "over the ranks before they enter the Gram)"
-            )
+        ``retain_graph=True``: the update comes from a second one, inside :meth:`combining`. One process only (where
+        it may run is :func:`mtft.config.bufferless.second_backward_refusal`'s)."""
+        assert self.world_size == 1, "the Gram formed during the backward pass runs on one process"
         gram = torch.zeros(self.num_objectives, self.num_objectives, dtype=torch.float64)
         self.live = _LiveGram(set(params), only_rows, metric, gram)
 
@@ -290,8 +287,8 @@ class LayerwiseGradients:
         if module in live.formed:
             raise RuntimeError(
                 f"a trainable layer ({type(module).__name__}) ran twice in one step: its products must be summed "
-                "before they enter the Gram, which forming the Gram during the backward pass cannot do (one "
-                "micro-batch per step, each layer called once); use weighting.bufferless_update=tape"
+                "before they enter the Gram, which forming the Gram during the backward pass cannot do (each layer "
+                "called once); use weighting.bufferless_update=tape"
             )
         live.formed.add(module)
         params = [p for p in module.parameters(recurse=False) if p in self.collector.names and p in live.shared]

@@ -29,11 +29,13 @@ from mtft.data.sources import one_module_per_dataset
 from mtft.forgetting import build_monitor
 from mtft.forgetting.monitor import Monitor, MonitorSettings, prepare_forgetting
 from mtft.gradients import full_numel, row_sparse_parameters
+from mtft.gradients.store import SecondBackwardStore, TapeStore
 from mtft.reporting.logs import add_file_log, logger
 from mtft.training.adamw_preconditioner import AdamWPreconditioner
 from mtft.training.buffers import BufferChoice, buffer_bytes, choose_buffers, describe_bytes
 from mtft.training.engine import finetuning_engine, initialize
-from mtft.training.gram_step import GramWeightedStep
+from mtft.training.gradient_store import gradient_store
+from mtft.training.gram_step import GramWeightedStep, StepOptions
 from mtft.training.pretrain import pretrained_backbone
 from mtft.training.restore import save_encoder_files
 from mtft.training.rundir import create_run_dir
@@ -174,34 +176,32 @@ def _build_step(config: RunConfig, engine, weighting: Weighting, shared, num_obj
     tokens = training.micro_batch_size * config.data.max_length * training.gradient_accumulation_steps
     choice = _buffer_choice(cfg, tokens, engine, num_objectives, world)
     logger.info(f"{cfg.method}: per-objective gradients {choice.why}")
-    second_backward = choice.mode == "none" and cfg.bufferless_update == "backward"  # one process: preflight
-    step = GramWeightedStep(
+    store = gradient_store(
         engine,
-        weighting,
         num_objectives,
         world,
         params,
-        cfg.cosine_every,
         shared_rows,
-        metric=metric,
-        descent_check=cfg.descent_check,
-        buffer_dtype=torch.bfloat16 if choice.mode == "bfloat16" else None,
-        bufferless=choice.mode == "none",
+        buffers=choice.mode,
+        update=cfg.bufferless_update,
         chunk_bytes=None if cfg.bufferless_chunk_mb is None else int(cfg.bufferless_chunk_mb * 2**20),
-        second_backward=second_backward,
+        micro_batches=training.gradient_accumulation_steps,
+        descent_check=cfg.descent_check,
     )
-    if step.layerwise is not None:
+    if store.model.partitioned:
+        logger.info(f"{cfg.method} under ZeRO-3: {store.model.partitioning()}")
+    if isinstance(store, TapeStore):
         given = cfg.bufferless_chunk_mb
         source = f"weighting.bufferless_chunk_mb={given:g}" if given is not None else "the default"
-        budget = describe_bytes(step.layerwise.chunk_bytes)
+        budget = describe_bytes(store.layerwise.chunk_bytes)
         logger.info(f"{cfg.method}: a layer's products formed in chunks of at most {budget} ({source})")
         update = (
             "the Gram formed during the backward pass, the update by a second backward pass of the weighted losses"
-            if second_backward
+            if isinstance(store, SecondBackwardStore)
             else "the update from a tape of the backward pass"
         )
         logger.info(f"{cfg.method}: {update} (weighting.bufferless_update={cfg.bufferless_update})")
-    return step
+    return GramWeightedStep(store, weighting, StepOptions(cfg.cosine_every, metric, cfg.descent_check))
 
 
 def _buffer_choice(cfg: WeightingSection, tokens: int, engine, num_objectives: int, world: int) -> BufferChoice:

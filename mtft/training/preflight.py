@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
+from mtft.config.bufferless import second_backward_refusal
 from mtft.config.deepspeed import check_forgetting, zero_stage
 from mtft.config.run_config import RunConfig
 from mtft.config.schema import WeightingSection
@@ -58,23 +59,13 @@ def preflight(config: RunConfig) -> Optional[Path]:
 
 
 def check_bufferless_update(weighting: WeightingSection, world_size: int, stage: int) -> None:
-    """``bufferless_update: backward`` forms each layer's part of the Gram at its hook, before several processes'
-    products could be summed, and runs a second backward pass over the same graph, for which ZeRO-3 does not gather
-    the parameters it released after the first: one process, ZeRO 0-2 (whenever the bufferless step may be chosen:
-    ``none``, or ``auto``)."""
+    """``bufferless_update: backward`` where the bufferless step may be chosen (``none``, or ``auto``): the processes
+    and the ZeRO stage of :func:`~mtft.config.bufferless.second_backward_refusal` (the rest is checked on load)."""
     if not weighting.may_update_by_second_backward():
         return
-    if world_size > 1:
-        raise ConfigError(
-            f"weighting.bufferless_update=backward runs on one process ({world_size} launched): the products of "
-            "several processes must be summed before they enter the Gram; use weighting.bufferless_update=tape"
-        )
-    if stage == 3:
-        raise ConfigError(
-            "weighting.bufferless_update=backward runs a second backward pass over the first one's graph, and ZeRO-3 "
-            "does not gather the parameters it released after the first; use ZeRO stage 0-2 or "
-            "weighting.bufferless_update=tape"
-        )
+    refusal = second_backward_refusal(processes=world_size, zero3=stage == 3)
+    if refusal is not None:
+        raise ConfigError(refusal)
 
 
 def check_world_size(checkpoint: Path, world_size: int) -> None:

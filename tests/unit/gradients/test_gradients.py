@@ -10,7 +10,8 @@ import torch
 from mtft.core.errors import Diverged
 from mtft.gradients import PerObjectiveGradients, reference_objective_gradients
 from mtft.pareto import SolverInputError
-from mtft.training.gram_step import GramWeightedStep
+from mtft.training.gradient_store import gradient_store
+from mtft.training.gram_step import GramWeightedStep, StepOptions
 from mtft.training.step import LossWeightedStep
 from mtft.weighting import MeanWeighting, Weighting
 from tests.unit.models.test_model import tiny_model
@@ -124,7 +125,7 @@ def test_gram_over_accumulated_micro_batches_equals_reference_on_the_whole_step(
     halves = [{k: v[:4] for k, v in whole.items()}, {k: v[4:] for k, v in whole.items()}]
     weighting = FixedGramWeighting()
     params = [p for p in model.parameters() if p.requires_grad]
-    GramWeightedStep(FakeEngine(model), weighting, 3, 1, shared=params)(halves)
+    GramWeightedStep(gradient_store(FakeEngine(model), 3, 1, params), weighting)(halves)
     _, counts = model(**whole)
     reference = reference_objective_gradients(model, whole, params, 3) / counts.detach().unsqueeze(1)
     np.testing.assert_allclose(weighting.seen, (reference @ reference.t()).numpy(), rtol=1e-10)
@@ -134,7 +135,8 @@ def gram_step_against_weighted_loss(model, batch, weights):
     """One GramWeightedStep with fixed weights; asserts its update equals autograd's gradient of Σ_t w_t L_t and
     returns the step's result."""
     params = [p for p in model.parameters() if p.requires_grad]
-    result = GramWeightedStep(FakeEngine(model), FixedGramWeighting(weights), len(weights), 1, shared=params)([batch])
+    store = gradient_store(FakeEngine(model), len(weights), 1, params)
+    result = GramWeightedStep(store, FixedGramWeighting(weights))([batch])
     got = [p.grad.clone() for p in params]
     model.zero_grad()
     sums, counts = model(**batch)
@@ -160,7 +162,7 @@ def test_equal_weights_reproduce_the_mean_step(tmp_path):
     LossWeightedStep(FakeEngine(model), MeanWeighting(), 3, 1)([batch])
     expected = [p.grad.clone() for p in params]
     model.zero_grad()
-    GramWeightedStep(FakeEngine(model), FixedGramWeighting(), 3, 1, shared=params)([batch])
+    GramWeightedStep(gradient_store(FakeEngine(model), 3, 1, params), FixedGramWeighting())([batch])
     for p, g in zip(params, expected):
         torch.testing.assert_close(p.grad, g, rtol=1e-10, atol=1e-13)
 
@@ -170,7 +172,7 @@ def test_absent_objectives_are_dropped(tmp_path):
     batch = make_batch(tok, **MIXED)  # objective 3 has no rows
     weighting = FixedGramWeighting()
     params = [p for p in model.parameters() if p.requires_grad]
-    result = GramWeightedStep(FakeEngine(model), weighting, 4, 1, shared=params)([batch])
+    result = GramWeightedStep(gradient_store(FakeEngine(model), 4, 1, params), weighting)([batch])
     assert weighting.seen.shape == (3, 3)
     assert result.weights[3] == 0 and np.isnan(result.losses[3].item()) and result.counts[3] == 0
 
@@ -179,7 +181,7 @@ def test_refused_gram_skips_the_step(tmp_path):
     model, tok = tiny_model(tmp_path)
     params = [p for p in model.parameters() if p.requires_grad]
     before = [p.detach().clone() for p in params]
-    step = GramWeightedStep(FakeEngine(model), FixedGramWeighting(fail=True), 3, 1, shared=params)
+    step = GramWeightedStep(gradient_store(FakeEngine(model), 3, 1, params), FixedGramWeighting(fail=True))
     result = step([make_batch(tok, **MIXED)])
     assert "NaN/inf" in result.skipped and result.rows(["a", "b", "c"]) == []  # the loop logs the skip alone
     assert all(p.grad is None for p in params) and all(torch.equal(p, b) for p, b in zip(params, before))
@@ -191,7 +193,8 @@ def test_the_step_result_carries_the_rows_the_loop_logs(tmp_path):
     model, tok = tiny_model(tmp_path)
     params = [p for p in model.parameters() if p.requires_grad]
     names = ["a", "b", "c"]
-    gram = GramWeightedStep(FakeEngine(model), FixedGramWeighting(), 3, 1, shared=params, cosine_every=2)
+    store = gradient_store(FakeEngine(model), 3, 1, params)
+    gram = GramWeightedStep(store, FixedGramWeighting(), StepOptions(cosine_every=2))
     first, second = gram([make_batch(tok, **MIXED)]), gram([make_batch(tok, **MIXED)])
     assert [kind for kind, _ in first.rows(names)] == ["weighting"] and first.skipped is None
     weighting, cosines = second.rows(names)
@@ -223,7 +226,7 @@ def test_consecutive_steps_start_from_clean_buffers(tmp_path):
     )
     weighting = FixedGramWeighting()
     params = [p for p in model.parameters() if p.requires_grad]
-    step = GramWeightedStep(FakeEngine(model), weighting, 3, 1, shared=params)
+    step = GramWeightedStep(gradient_store(FakeEngine(model), 3, 1, params), weighting)
     for batch in (first, second):
         model.zero_grad()
         step([batch])
@@ -264,7 +267,7 @@ def test_non_finite_weights_stop_the_run_before_the_update(tmp_path):
     model, tok = tiny_model(tmp_path)
     params = [p for p in model.parameters() if p.requires_grad]
     before = [p.detach().clone() for p in params]
-    step = GramWeightedStep(FakeEngine(model), FixedGramWeighting([0.5, np.nan, 0.5]), 3, 1, shared=params)
+    step = GramWeightedStep(gradient_store(FakeEngine(model), 3, 1, params), FixedGramWeighting([0.5, np.nan, 0.5]))
     with pytest.raises(
         Diverged, match=r"weighting fixed_for_tests returned non-finite weights at step 1 .*not applied"
     ):
@@ -321,8 +324,7 @@ def test_a_position_embedding_shared_by_the_rows_gets_each_rows_gradient(tmp_pat
     index = [i for i, p in enumerate(params) if p is position][0]
     offset = sum(p.numel() for p in params[:index])
     assert (expected[:, offset : offset + position.numel()].abs().sum(1) > 0).all()  # each objective's own rows
-    step = GramWeightedStep(
-        FakeEngine(model), FixedGramWeighting([0.5, 0.2, 0.3]), 3, 1, shared=params, bufferless=bufferless
-    )
+    store = gradient_store(FakeEngine(model), 3, 1, params, buffers="none" if bufferless else "full")
+    step = GramWeightedStep(store, FixedGramWeighting([0.5, 0.2, 0.3]))
     step([make_batch(tok, **MIXED)])  # the step itself, buffered and bufferless, on the same model
     assert all(p.grad is not None for p in params)

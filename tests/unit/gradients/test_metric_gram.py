@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from mtft.gradients import PerObjectiveGradients, per_objective, reference_objective_gradients
-from mtft.training.gram_step import GramWeightedStep
+from mtft.training.gradient_store import gradient_store
+from mtft.training.gram_step import GramWeightedStep, StepOptions
 from mtft.weighting import LFMLF, MeanWeighting
 from tests.unit.gradients.test_gradients import MIXED, FakeEngine, FixedGramWeighting, make_batch
 from tests.unit.models.test_model import tiny_model
@@ -128,7 +129,8 @@ def test_the_step_hands_the_weighting_the_metric_gram(tmp_path):
     metric = {p: torch.full(p.shape, 1.0 + i, dtype=torch.float64) for i, p in enumerate(params)}
     counts = model(**batch)[1].detach()
     weighting = FixedGramWeighting()
-    step = GramWeightedStep(FakeEngine(model), weighting, 3, 1, params, metric=FixedMetric(metric))
+    options = StepOptions(metric=FixedMetric(metric))
+    step = GramWeightedStep(gradient_store(FakeEngine(model), 3, 1, params), weighting, options)
     result = step([batch])
     flat_g = reference_objective_gradients(model, batch, params, 3) / counts[:, None]
     flat_p = torch.cat([metric[p].reshape(-1) for p in params])
@@ -136,8 +138,9 @@ def test_the_step_hands_the_weighting_the_metric_gram(tmp_path):
     assert result.extras["metric_preconditioned"] == 1.0
     # before AdamW's first step the metric is Euclidean, and the step says so
     weighting = FixedGramWeighting()
-    step = GramWeightedStep(FakeEngine(model), weighting, 3, 1, params, metric=FixedMetric({p: None for p in params}))
-    step.metric.diagonal = lambda params: None
+    options = StepOptions(metric=FixedMetric({p: None for p in params}))
+    step = GramWeightedStep(gradient_store(FakeEngine(model), 3, 1, params), weighting, options)
+    step.options.metric.diagonal = lambda params: None
     result = step([batch])
     np.testing.assert_allclose(weighting.seen, (flat_g @ flat_g.t()).numpy(), rtol=1e-10)
     assert result.extras["metric_preconditioned"] == 0.0
@@ -156,7 +159,8 @@ def test_descent_check_measures_the_first_order_change_of_the_applied_update(tmp
     flat_g = reference_objective_gradients(model, batch, params, 3) / counts[:, None]
     lr = 1e-3
     shared = params if weighting.needs_gram else None
-    step = GramWeightedStep(SGDEngine(model, lr), weighting, 3, 1, shared, descent_check=True)
+    options = StepOptions(descent_check=True)
+    step = GramWeightedStep(gradient_store(SGDEngine(model, lr), 3, 1, shared), weighting, options)
     result = step([batch])
     w = result.weights
     expected = -lr * flat_g @ (w @ flat_g)
@@ -173,8 +177,8 @@ def test_descent_check_measures_the_first_order_change_of_the_applied_update(tmp
 def test_descent_check_marks_absent_objectives_and_a_step_that_does_not_move(tmp_path):
     model, tok = tiny_model(tmp_path, num_objectives=4)
     batch = make_batch(tok, **MIXED)  # objective 3 is absent
-    step = GramWeightedStep(FakeEngine(model), LFMLF(), 4, 1, None, descent_check=True)
-    step.shared = [p for p in model.parameters() if p.requires_grad]
+    step = GramWeightedStep(gradient_store(FakeEngine(model), 4, 1), LFMLF(), StepOptions(descent_check=True))
+    step.store.shared = [p for p in model.parameters() if p.requires_grad]
     result = step([batch])
     assert torch.isnan(result.first_order[3])
     assert (result.first_order[:3] == 0).all()  # FakeEngine.step() applies nothing

@@ -15,6 +15,7 @@ from mtft.adapters.options import MultiLoraOptions
 from mtft.config.schema import AdapterSection
 from mtft.data.pipeline import Objective
 from mtft.gradients import PerObjectiveGradients, reference_objective_gradients
+from mtft.training.gradient_store import gradient_store
 from mtft.training.gram_step import GramWeightedStep
 from mtft.training.setup import shared_parameters
 from tests.unit.gradients.test_gradients import MIXED, FakeEngine, FixedGramWeighting, hooked_gradients, make_batch
@@ -95,14 +96,8 @@ def test_lfmlf_step_with_multi_lora_updates_only_the_b_slots_of_present_tasks(tm
     batch["labels"] = torch.tensor([1, 0, 0, 1])
     before = [layer.lora_B.weight.detach().clone() for layer in multi_lora_layers(model)]
     b_weights = [layer.lora_B.weight for layer in multi_lora_layers(model)]
-    step = GramWeightedStep(
-        FakeEngine(model),
-        FixedGramWeighting([0.25, 0.75]),
-        3,
-        1,
-        shared=b_weights,
-        shared_rows={w: torch.tensor([0]) for w in b_weights},
-    )
+    store = gradient_store(FakeEngine(model), 3, 1, b_weights, {w: torch.tensor([0]) for w in b_weights})
+    step = GramWeightedStep(store, FixedGramWeighting([0.25, 0.75]))
     step([batch])
     for weight in b_weights:  # task 1 is absent: its B gets an exactly zero gradient
         assert torch.count_nonzero(weight.grad[1]) == 0 and torch.count_nonzero(weight.grad[0]) > 0

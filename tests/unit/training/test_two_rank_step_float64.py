@@ -16,12 +16,13 @@ import numpy as np
 import pytest
 import torch
 
+from mtft.training.gradient_store import gradient_store
 from mtft.training.gram_step import GramWeightedStep
 from mtft.weighting.lfmlf import LFMLF
 from tests.launch import free_port, run_ranks
 from tests.unit.gradients.test_gradients import MIXED, FakeEngine, make_batch
-from tests.unit.gradients.test_layerwise import multi_lora
-from tests.unit.gradients.test_zero3_step import as_partitioned
+from tests.unit.training.test_layerwise import multi_lora
+from tests.unit.training.test_zero3_step import as_partitioned
 
 WORLD = 2
 # the global batch: 8 rows of 3 objectives over two tasks; rank r holds rows 4r..4r+3, padded to its own longest
@@ -66,7 +67,7 @@ def half(tok, rank: int) -> dict[str, torch.Tensor]:
 def one_step(model, engine, world: int, batch) -> tuple:
     params = [p for p in model.parameters() if p.requires_grad]
     weighting = SeenLFMLF()
-    step = GramWeightedStep(engine, weighting, 3, world, shared=params)
+    step = GramWeightedStep(gradient_store(engine, 3, world, params), weighting)
     result = step([batch])
     return weighting.seen, result, [p.grad.clone() for p in params], step
 
@@ -79,7 +80,7 @@ def _worker(rank: int, port: int, model, tok, expected) -> None:
             twin = copy.deepcopy(model)
             with _zero3_stand_in(twin) if zero3 else contextlib.nullcontext():
                 gram, result, grads, step = one_step(twin, AveragingEngine(twin), WORLD, half(tok, rank))
-            assert step.sharded is not None and step.partitioned == zero3
+            assert step.store.shards == WORLD and step.store.model.partitioned == zero3
             _check(gram, result, grads, expected)
     finally:
         torch.distributed.destroy_process_group()

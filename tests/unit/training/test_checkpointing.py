@@ -9,11 +9,12 @@ import pytest
 import torch
 
 from mtft.models.checkpointing import enable_checkpointing, recomputed_modules
+from mtft.training.gradient_store import gradient_store
 from mtft.training.gram_step import GramWeightedStep
 from mtft.training.step import LossWeightedStep
 from mtft.weighting import MeanWeighting
 from tests.unit.gradients.test_gradients import MIXED, FakeEngine, make_batch
-from tests.unit.gradients.test_layerwise import MODELS, ONE_HEAD, Fixed
+from tests.unit.training.test_layerwise import MODELS, ONE_HEAD, Fixed
 
 
 def halves(rows):
@@ -27,9 +28,9 @@ def gram_step(make, tmp_path, checkpointing: bool, bufferless: bool, second_back
         enable_checkpointing(model.encoder)
     params = [p for p in model.parameters() if p.requires_grad]
     weighting = Fixed([0.5, 0.2, 0.3])
-    step = GramWeightedStep(
-        FakeEngine(model), weighting, 3, 1, shared=params, bufferless=bufferless, second_backward=second_backward
-    )
+    update = "backward" if second_backward else "tape"
+    store = gradient_store(FakeEngine(model), 3, 1, params, buffers="none" if bufferless else "full", update=update)
+    step = GramWeightedStep(store, weighting)
     micro_batches = [rows] if second_backward else halves(rows)  # the second backward pass: one micro-batch a step
     result = step([make_batch(tok, **part) for part in micro_batches])
     return weighting.seen, [p.grad.clone() for p in params], step, result
@@ -48,8 +49,8 @@ def test_the_same_gram_and_update_with_checkpointing(tmp_path, kind, mode, rows)
     layout = {"mixed": MIXED, "one_head": ONE_HEAD}[rows]
     gram, update, _, plain = gram_step(MODELS[kind], tmp_path / "a", False, *MODES[mode], rows=layout)
     gram_c, update_c, step, result = gram_step(MODELS[kind], tmp_path / "b", True, *MODES[mode], rows=layout)
-    assert step.collector.recomputed  # the encoder's layers are recomputed
-    assert not step.collector._inputs and not step.collector._waiting
+    assert step.store.collector.recomputed  # the encoder's layers are recomputed
+    assert not step.store.collector._inputs and not step.store.collector._waiting
     np.testing.assert_allclose(gram_c, gram, rtol=1e-12, atol=1e-15)
     for expected, got in zip(update, update_c):
         torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-13)
@@ -73,27 +74,27 @@ def test_the_first_pass_keeps_no_input_of_a_recomputed_layer(tmp_path, monkeypat
     model = model.double().train()
     enable_checkpointing(model.encoder)
     params = [p for p in model.parameters() if p.requires_grad]
-    step = GramWeightedStep(FakeEngine(model), Fixed([0.5, 0.2, 0.3]), 3, 1, shared=params, bufferless=True)
+    step = GramWeightedStep(gradient_store(FakeEngine(model), 3, 1, params, buffers="none"), Fixed([0.5, 0.2, 0.3]))
     first_pass, paired = [], []
-    hook, pair = step.collector._forward_hook, step.collector._pair
+    hook, pair = step.store.collector._forward_hook, step.store.collector._pair
 
     def forward_hook(module, inputs, output):
         out = hook(module, inputs, output)
-        if step.collector._active and module in step.collector.recomputed:
+        if step.store.collector._active and module in step.store.collector.recomputed:
             first_pass.append(module)
         return out
 
     def pairing(module):
-        if step.collector._inputs.get(module) and step.collector._waiting.get(module):
+        if step.store.collector._inputs.get(module) and step.store.collector._waiting.get(module):
             paired.append(module)
         pair(module)
 
-    monkeypatch.setattr(step.collector, "_pair", pairing)
-    step.collector.detach()
-    step.collector._forward_hook = forward_hook
-    step.collector.attach()
+    monkeypatch.setattr(step.store.collector, "_pair", pairing)
+    step.store.collector.detach()
+    step.store.collector._forward_hook = forward_hook
+    step.store.collector.attach()
     step([make_batch(tok, **MIXED)])
-    hooked = [m for m in step.collector.modules if m in step.collector.recomputed]
+    hooked = [m for m in step.store.collector.modules if m in step.store.collector.recomputed]
     assert hooked and sorted(map(id, first_pass)) == sorted(map(id, hooked)) == sorted(map(id, paired))
 
 

@@ -12,7 +12,8 @@ import deepspeed
 import pytest
 import torch
 
-from mtft.training.gram_step import GramWeightedStep
+from mtft.training.gradient_store import gradient_store
+from mtft.training.gram_step import GramWeightedStep, StepOptions
 from tests.unit.gradients.test_gradients import MIXED, FakeEngine, FixedGramWeighting, make_batch
 from tests.unit.models.test_model import tiny_model
 
@@ -45,24 +46,18 @@ def test_zero3_path_writes_the_same_update_as_the_detached_path(tmp_path, monkey
     weights = [0.5, 0.2, 0.3]
 
     params = [p for p in model.parameters() if p.requires_grad]
-    expected = GramWeightedStep(FakeEngine(model), FixedGramWeighting(weights), 3, 1, shared=params, descent_check=True)
+    check = StepOptions(descent_check=True)
+    expected = GramWeightedStep(gradient_store(FakeEngine(model), 3, 1, params), FixedGramWeighting(weights), check)
 
     twin_params = [p for p in twin.parameters() if p.requires_grad]
     data = as_partitioned(twin)
-    step = GramWeightedStep(
-        FakeEngine(twin),
-        FixedGramWeighting(weights),
-        3,
-        1,
-        shared=twin_params,
-        descent_check=True,
-        bufferless=bufferless,
-    )
+    store = gradient_store(FakeEngine(twin), 3, 1, twin_params, buffers="none" if bufferless else "full")
+    step = GramWeightedStep(store, FixedGramWeighting(weights), check)
     for p, value in data.items():  # here the "gathered" data stays in place for the passes
         p.data = value
-    assert step.partitioned and not expected.partitioned
+    assert step.store.model.partitioned and not expected.store.model.partitioned
     if not bufferless:
-        assert [step.collector.gradient(p).shape for p in twin_params] == [(3, *p.shape) for p in twin_params]
+        assert [step.store.collector.gradient(p).shape for p in twin_params] == [(3, *p.shape) for p in twin_params]
 
     a, b = expected([dict(batch)]), step([dict(batch)])
     torch.testing.assert_close(b.losses, a.losses, rtol=0, atol=0)

@@ -11,9 +11,11 @@ import torch
 
 from mtft.adapters.multi_lora import inject_multi_lora, multi_lora_layers
 from mtft.adapters.options import MultiLoraOptions
+from mtft.core.errors import ConfigError
 from mtft.gradients import LayerwiseGradients, PerObjectiveGradients
 from mtft.gradients.layerwise import CHUNK_OBJECTIVES, MIN_CHUNK_BYTES
-from mtft.training.gram_step import GramWeightedStep
+from mtft.training.gradient_store import gradient_store
+from mtft.training.gram_step import GramWeightedStep, StepOptions
 from mtft.weighting import build_weighting
 from tests.unit.gradients.test_gradients import MIXED, FakeEngine, lora_model, make_batch
 from tests.unit.gradients.test_metric_gram import FixedMetric, SGDEngine
@@ -53,8 +55,10 @@ def steps(model, bufferless: bool, weights, engine=None, **options):
     params = [p for p in model.parameters() if p.requires_grad]
     weighting = options.pop("weighting", None) or Fixed(weights)
     engine = engine or FakeEngine(model)
-    step = GramWeightedStep(engine, weighting, 3, 1, shared=params, bufferless=bufferless, **options)
-    return step, weighting, params
+    buffers, update = "none" if bufferless else "full", "backward" if options.pop("second_backward", False) else "tape"
+    check = options.get("descent_check", False)
+    store = gradient_store(engine, 3, 1, params, buffers=buffers, update=update, descent_check=check)
+    return GramWeightedStep(store, weighting, StepOptions(**options)), weighting, params
 
 
 class Fixed(build_weighting("mean").__class__):
@@ -83,7 +87,7 @@ def run_both(make, tmp_path, micro_batches, weights=(0.5, 0.2, 0.3), chunked=Fal
         own = dict(options, second_backward=True) if bufferless and second_backward else dict(options)
         step, weighting, params = steps(model, bufferless, list(weights), **own)
         if bufferless and chunked:
-            step.layerwise.chunk_elements = small_chunks(model) // (3 * 8)
+            step.store.layerwise.chunk_elements = small_chunks(model) // (3 * 8)
         result = step([make_batch(tok, **rows) for rows in micro_batches])
         out.append((weighting.seen, [p.grad.clone() for p in params], result, step))
     return out
@@ -97,7 +101,8 @@ def test_the_same_gram_and_update_as_the_buffered_step(tmp_path, kind, rows):
     assert np.abs(gram).max() > 0
     for expected, got in zip(update, update_l):
         torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-13)
-    assert step.collector.flat.numel() == 0 and not step.layerwise.tape  # no buffer; the tape freed after the step
+    store = step.store
+    assert store.collector.flat.numel() == 0 and not store.layerwise.tape  # no buffer; the tape freed after the step
 
 
 # every model and row layout in chunks (the path that cuts layers), two whole
@@ -118,7 +123,8 @@ def test_the_gram_during_the_backward_pass_and_a_second_backward(tmp_path, kind,
     assert np.abs(gram).max() > 0
     for expected, got in zip(update, update_l):
         torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-13)
-    assert not step.layerwise.tape and step.layerwise.live is None and step.layerwise.peak_layer_bytes > 0
+    layerwise = step.store.layerwise
+    assert not layerwise.tape and layerwise.live is None and layerwise.peak_layer_bytes > 0
 
 
 def test_the_second_backward_in_the_optimizer_metric(tmp_path):
@@ -135,18 +141,22 @@ def test_the_second_backward_in_the_optimizer_metric(tmp_path):
 
 
 def test_the_second_backward_refuses_what_it_cannot_form(tmp_path):
-    """Two micro-batches (their cross terms), the descent check (it re-forms the products) and a layer run twice in
-    one step (its calls' products summed before the Gram) need the tape: each is refused in one line."""
+    """Two micro-batches (their cross terms) and the descent check (it re-forms the products) need the tape: the
+    store's factory refuses them in one line (the rule's, mtft.config.bufferless), and a step handed two micro-batches
+    all the same stops; a layer run twice in one step (its calls' products summed before the Gram) is refused too."""
     model, tok = full(tmp_path)
     model = model.double()
+    params = [p for p in model.parameters() if p.requires_grad]
+    for override, message in [
+        ({"micro_batches": 2}, "exact for one micro-batch a step .* use weighting.bufferless_update=tape"),
+        ({"descent_check": True}, "re-forms the per-objective products after the step"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            gradient_store(FakeEngine(model), 3, 1, params, buffers="none", update="backward", **override)
     step, _, _ = steps(model, True, [0.5, 0.2, 0.3], second_backward=True)
     halves = [{k: v[:4] for k, v in MIXED.items()}, {k: v[4:] for k, v in MIXED.items()}]
-    with pytest.raises(ValueError, match="one micro-batch a step; set training.gradient_accumulation_steps=1"):
+    with pytest.raises(RuntimeError, match="one micro-batch a step"):
         step([make_batch(tok, **rows) for rows in halves])
-    with pytest.raises(ValueError, match="cannot re-form the products for weighting.descent_check"):
-        steps(model, True, [0.5, 0.2, 0.3], second_backward=True, descent_check=True)
-    with pytest.raises(ValueError, match="second_backward is a way of the bufferless step"):
-        steps(model, False, [0.5, 0.2, 0.3], second_backward=True)
     step, _, _ = steps(model, True, [0.5, 0.2, 0.3], second_backward=True)
     intermediate = model.encoder.encoder.layer[0].intermediate
     dense, act = intermediate.dense, intermediate.intermediate_act_fn
@@ -235,10 +245,10 @@ def test_a_layer_in_chunks_gives_the_same_gram_and_update(tmp_path, kind, rows):
     np.testing.assert_allclose(gram_l, gram, rtol=1e-12, atol=1e-15)
     for expected, got in zip(update, update_l):
         torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-13)
-    layerwise = step.layerwise
+    layerwise = step.store.layerwise
     # at most the budget and two rows: a window holds one row when a row exceeds the budget (a Multi-LoRA slot's B),
     # and a row-sparse window has its discard slot
-    widest_row = max(p[0].numel() for p in step.trainable if p.dim() >= 2)
+    widest_row = max(p[0].numel() for p in step.store.model.trainable if p.dim() >= 2)
     assert 0 < layerwise.peak_layer_bytes <= (layerwise.chunk_elements + 2 * widest_row) * 3 * 8
 
 
@@ -260,7 +270,7 @@ def test_chunks_with_the_metric_and_the_descent_check(tmp_path):
             descent_check=True,
         )
         if bufferless:
-            step.layerwise.chunk_elements = small_chunks(model) // (3 * 8)
+            step.store.layerwise.chunk_elements = small_chunks(model) // (3 * 8)
         results.append(step([make_batch(tok, **MIXED)]))
     buffered, chunked = results
     np.testing.assert_allclose(chunked.weights.numpy(), buffered.weights.numpy(), rtol=1e-9, atol=1e-12)
