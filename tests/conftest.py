@@ -147,8 +147,8 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """The slowest test files and tests of the session, so that what the suite costs stays visible (docs/testing.md, figures in docs/results.md:
-    a new end-to-end test reuses a shared run unless it needs its own)."""
+    """The slowest test files and tests of the session, so that what the suite costs stays visible (docs/testing.md,
+    its figures in docs/results.md: a new end-to-end test reuses a shared run unless it needs its own)."""
     if not _SECONDS:
         return
     files: dict[str, float] = {}

@@ -183,9 +183,9 @@ def sensitivity_by_learnt(
     return rows
 
 
-# The setting docs/overtraining.md quotes (its output in docs/results.md) and tests/unit/forgetting/test_linear_theory.py checks: σ = 8, 7, …, 1,
-# init std 1e-6 (plateaus well separated), lr 1e-2 (well under the 2/(4σ_1) stability limit), noise std
-# γ·init_std = 0.1 per entry, 32 probe seeds.
+# The setting docs/overtraining.md quotes (its output in docs/results.md) and
+# tests/unit/forgetting/test_linear_theory.py checks: σ = 8, 7, …, 1, init std 1e-6 (plateaus well separated),
+# lr 1e-2 (well under the 2/(4σ_1) stability limit), noise std γ·init_std = 0.1 per entry, 32 probe seeds.
 SINGULAR_VALUES = [8.0, 7.0, 6.0, 5.0, 4.0, 3.0, 2.0, 1.0]
 INIT_STD = 1e-6
 LR = 1e-2

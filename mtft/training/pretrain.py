@@ -35,6 +35,7 @@ from mtft.config.schema import CorpusSection, DataSection, ModelSection, Optimiz
 from mtft.core.atomic import AtomicFolder, write_json
 from mtft.core.distributed import ProcessInfo, barrier, init_distributed
 from mtft.core.errors import ConfigError
+from mtft.core.labels import IGNORE_INDEX
 from mtft.data.pipeline import task_texts
 from mtft.data.selection import select_tasks
 from mtft.data.sources import resolve_source
@@ -50,8 +51,34 @@ from mtft.training.rundir import create_run_dir
 from mtft.training.stage_cache import content_digest, from_cache_or_fill, stage_key
 
 # bump when pre-training changes what it produces, to invalidate cached checkpoints (4: the fixture world of
-# translations and the BPE tiny tokenizer)
-PRETRAIN_VERSION = "5"
+# translations and the BPE tiny tokenizer; 6: the loss from logits at the masked positions only, equal to the
+# model's own loss up to round-off)
+PRETRAIN_VERSION = "6"
+
+
+class MaskedPositionsLM(torch.nn.Module):
+    """A ``…ForMaskedLM`` model (``mlm``) whose loss is computed from logits at the masked positions only.
+
+    The model's own loss forms vocabulary-sized logits at every position and then ignores the ~85% that carry no
+    target; the head is position-wise, so running it on the masked positions alone gives the same loss and
+    gradient (the mean cross-entropy over the masked tokens, as the forgetting monitors' L_p computes it,
+    :class:`mtft.forgetting.mlm.MaskedLM`) without them. The engine trains this module; the checkpoint is
+    ``mlm``'s, under its own parameter names."""
+
+    PREFIX = "mlm."
+
+    def __init__(self, mlm: torch.nn.Module):
+        super().__init__()
+        self.mlm = mlm
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        encoder, head, _ = split_mlm_model(self.mlm)
+        hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        targets = labels != IGNORE_INDEX
+        logits = head(hidden[targets])
+        if logits.element_size() < 4:  # half precision: the softmax in float32
+            logits = logits.float()
+        return torch.nn.functional.cross_entropy(logits, labels[targets])
 
 
 class Pretraining:
@@ -142,7 +169,7 @@ class Pretraining:
         p, proc = self.config.pretrain, self.proc
         steps = self.steps_for(tokens)
         self.schedule_steps = steps  # the schedule this run anneals over, recorded with each checkpoint
-        model = self.new_model()
+        model = MaskedPositionsLM(self.new_model())
         engine = initialize(model, masked_lm_engine(self.config, self.optimizer, steps, proc.world_size))
         engine.train()
         torch.manual_seed(self.config.pretrain.seed + 1 + proc.rank)  # masking and dropout stream of this rank
@@ -160,7 +187,7 @@ class Pretraining:
             rows, queue = queue[:batch_rows], queue[batch_rows:]
             mine = rows[proc.rank * p.micro_batch_size : (proc.rank + 1) * p.micro_batch_size]
             batch = collator([{"input_ids": self.blocks[i], "attention_mask": [1] * self.block_size} for i in mine])
-            loss = engine(**{k: v.to(engine.device) for k, v in batch.items()}).loss
+            loss = engine(**{k: v.to(engine.device) for k, v in batch.items()})
             engine.backward(loss)
             lr = engine.get_lr()[0]  # the rate this step uses: engine.step() moves the schedule on
             engine.step()
@@ -178,7 +205,7 @@ class Pretraining:
                 window = []
             while pending and seen >= pending[0]:
                 budget = pending.pop(0)
-                save(budget, seen, step, self.evaluate(engine.module), engine)
+                save(budget, seen, step, self.evaluate(engine.module.mlm), engine)
         bar.close()
 
     def evaluate(self, mlm_model) -> dict[str, float]:
@@ -190,10 +217,11 @@ class Pretraining:
 
     def write_checkpoint(self, folder: Path, engine, meta: dict) -> None:
         """A Hugging Face folder, complete or invisible (``.partial`` renamed at the end)."""
-        state = ckpt.full_state_dict(engine)
+        prefix = MaskedPositionsLM.PREFIX
+        state = {name.removeprefix(prefix): value for name, value in ckpt.full_state_dict(engine).items()}
         if self.proc.is_main:
             with AtomicFolder(folder).writing(kind="pretrained", tokens=meta["tokens_budget"]) as partial:
-                engine.module.save_pretrained(str(partial), state_dict=state)
+                engine.module.mlm.save_pretrained(str(partial), state_dict=state)
                 self.tokenizer.save_pretrained(str(partial))
                 write_json(partial / "pretrain.json", meta)
         barrier()

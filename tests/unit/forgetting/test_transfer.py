@@ -51,8 +51,8 @@ def test_target_accuracy_comes_from_pretraining_on_a_world_of_translations(tmp_p
     # Measured (one thread): de 0.98 here; with seeds 1 and 2, 0.41 and 0.95, against random initialisations' 0.31,
     # 0.32 and 0.34 (mean of three; seed 2's three: 0.37, 0.01, 0.63) and the independent world's 0.30, 0.31, 0.33.
     # Seed 1 does not transfer: at this size the outcome is a coin the seed tosses, so the evidence is the full-size
-    # runs in docs/results.md ("Transfer in the fixture world"), with their command; this test pins one seed that does. 1,500 pre-training steps were
-    # too few for the world of markers (de 0.48, 0.36, 0.32).
+    # runs in docs/results.md ("Transfer in the fixture world"), with their command; this test pins one seed that
+    # does. 1,500 pre-training steps were too few for the world of markers (de 0.48, 0.36, 0.32).
     assert transferred["de"] >= 0.5, transferred
     assert scratch_de <= 0.45 and unrelated["de"] <= 0.45, (scratch, unrelated)
     assert transferred["de"] - max(scratch_de, unrelated["de"]) >= 0.15
