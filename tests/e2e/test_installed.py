@@ -73,13 +73,24 @@ def test_the_installed_command_trains_and_predicts_from_an_empty_folder(venv, tm
     }
     (home / "mine.yaml").write_text(json.dumps(config))  # JSON is YAML
     mtft = str(venv / "bin" / "mtft")
+    # every package of the checkout's mtft imports from the wheel: one the wheel lacks would otherwise be found in
+    # the checkout by its editable install's finder (the venv sees the system's site-packages)
+    packages = sorted(".".join(p.relative_to(REPO).parent.parts) for p in (REPO / "mtft").rglob("__init__.py"))
     where = subprocess.run(
-        [str(venv / "bin" / "python"), "-c", "import mtft; print(mtft.__file__)"],
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            f"import importlib; [print(importlib.import_module(n).__file__) for n in {packages}]",
+        ],
         cwd=home,
         capture_output=True,
         text=True,
     )
-    assert str(venv) in where.stdout  # the wheel's mtft, not the checkout's
+    assert where.returncode == 0, where.stderr[-2000:]
+    files = where.stdout.split()
+    assert len(files) == len(packages) and all(f.startswith(str(venv)) for f in files), [
+        f for f in files if not f.startswith(str(venv))
+    ]  # the wheel's mtft, not the checkout's
     env = clean_env(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", OMP_NUM_THREADS="1")
 
     def command(*argv: str, cwd: Path, fails: bool = False) -> subprocess.CompletedProcess:
