@@ -21,7 +21,7 @@ import json
 import re
 import warnings
 from pathlib import Path
-from typing import Iterator, Union
+from typing import Any, Iterator, Union
 
 import peft
 import torch
@@ -125,18 +125,7 @@ def export_run(
                 model.save_pretrained(str(folder), save_embedding_layers=False)
                 write_card(folder, model_card(run, task, base_ref, "peft", _load_adapter(base_ref)))  # PEFT's template
             _write_head(run, task, folder)
-        write_json(
-            partial / "export.json",
-            {
-                "run": str(run.run_dir.resolve()),
-                "checkpoint": str(run.checkpoint.resolve()),
-                "method": method,
-                "format": "merged" if merge else "peft",
-                "base_model": base_ref,
-                "adapters": {name: task for name, task in slots},
-                "max_length": _max_lengths(run),
-            },
-        )
+        _write_record(partial, run, method, "merged" if merge else "peft", base_model=base_ref, adapters=dict(slots))
     return [inside(out, *name.split("/")) for name, _ in slots]
 
 
@@ -158,17 +147,7 @@ def _export_transformers(run: LoadedRun, out: Path, method: str, policy: OutputP
             check_logits(model, run, task, kind, objective)
             save_transformers(model, run, folder)
             write_card(folder, model_card(run, task, run.config.model.backbone, "transformers", _load_auto(kind)))
-        write_json(
-            partial / "export.json",
-            {
-                "run": str(run.run_dir.resolve()),
-                "checkpoint": str(run.checkpoint.resolve()),
-                "method": method,
-                "format": "transformers",
-                "tasks": {name: task for name, task in slots},
-                "max_length": _max_lengths(run),
-            },
-        )
+        _write_record(partial, run, method, "transformers", tasks=dict(slots))
     return [inside(out, *name.split("/")) for name, _ in slots]
 
 
@@ -177,6 +156,13 @@ def transformers_model_check(run: LoadedRun, task: str) -> None:
     kind = run.heads[task]["kind"]
     if not exportable(kind):
         transformers_model(run.model.encoder, run.model.heads[task], kind, [], task)  # raises its one line
+
+
+def _write_record(folder: Path, run: LoadedRun, method: str, form: str, **what: Any) -> None:
+    """``export.json``: the run and checkpoint exported, the method and format, what the folder holds (``what``) and
+    the longest row the run was trained on."""
+    record = {"run": str(run.run_dir.resolve()), "checkpoint": str(run.checkpoint.resolve()), "method": method}
+    write_json(folder / "export.json", {**record, "format": form, **what, "max_length": _max_lengths(run)})
 
 
 def _max_lengths(run: LoadedRun) -> dict[str, int]:
@@ -226,18 +212,7 @@ def _export_encoder(run: LoadedRun, out: Path, method: str, policy: OutputPolicy
             write_card(
                 inside(partial, task), model_card(run, task, run.config.model.backbone, "transformers", _load_encoder())
             )
-        write_json(
-            partial / "export.json",
-            {
-                "run": str(run.run_dir.resolve()),
-                "checkpoint": str(run.checkpoint.resolve()),
-                "method": method,
-                "format": "encoder",
-                "encoder": "encoder",
-                "heads": list(run.heads),
-                "max_length": _max_lengths(run),
-            },
-        )
+        _write_record(partial, run, method, "encoder", encoder="encoder", heads=list(run.heads))
     return [out / "encoder", *(inside(out, task) for task in run.heads)]
 
 

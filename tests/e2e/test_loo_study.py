@@ -27,37 +27,51 @@ def trained_vector(run_dir: Path) -> torch.Tensor:
     return torch.cat([p.detach().double().flatten() for p in model.parameters() if p.requires_grad])
 
 
-def test_leave_one_out_study_reports_the_distance_of_each_pair(tmp_path):
+def run_loo_study(tmp_path: Path, steps: int, overrides: dict, **study: object):
+    """A leave_one_out study (1 draw removing one example) on tests/e2e/base.yaml with ``overrides`` for ``steps``
+    steps, run through the CLI: (its output folder, the finished process)."""
     out = tmp_path / "study"
-    study = {
+    every = {f"{key}.every_steps": steps for key in ("evaluation", "checkpointing", "logging")}
+    spec = {
         "name": "loo",
         "base": str(REPO / "tests/e2e/base.yaml"),
         "overrides": {
             "weighting.method": "mean",
             "weighting.options": {},
-            "data.tasks.0.languages": ["en"],
-            "data.tasks.0.max_train_examples": 48,
-            "data.tasks.0.max_eval_examples": 32,
-            "training.max_steps": 6,
+            "training.max_steps": steps,
             "training.micro_batch_size": 16,
-            "evaluation.every_steps": 6,
-            "checkpointing.every_steps": 6,
-            "logging.every_steps": 6,
             "corpus.languages": ["en"],
+            **every,
+            **overrides,
         },
-        "variants": [{"name": m, "overrides": {"model.adapter.method": m}} for m in CELLS],
-        "seeds": [3],
         "leave_one_out": {"count": 1, "draws": 1, "seed": 11},
-        "metrics": ["xnli/accuracy"],
         "output_dir": str(out),
         "executor": {"name": "local", "workers": 2},
+        **study,
     }
     path = tmp_path / "loo.yaml"
-    path.write_text(yaml.safe_dump(study), encoding="utf-8")
-    # the study and its 4 runs forked from the warm Python (a study launched cold starts its runs cold too);
-    # its 2 workers wait for the other multi-process launches
+    path.write_text(yaml.safe_dump(spec), encoding="utf-8")
+    # the study and its runs forked from the warm Python (a study launched cold starts its runs cold too); its 2
+    # workers wait for the other multi-process launches
     done = run_cli("study", "--config", str(path), processes=2, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     assert done.returncode == 0, done.stderr[-3000:]
+    return out, done
+
+
+def test_leave_one_out_study_reports_the_distance_of_each_pair(tmp_path):
+    data = {
+        "data.tasks.0.languages": ["en"],
+        "data.tasks.0.max_train_examples": 48,
+        "data.tasks.0.max_eval_examples": 32,
+    }
+    out, done = run_loo_study(
+        tmp_path,
+        6,
+        data,
+        variants=[{"name": m, "overrides": {"model.adapter.method": m}} for m in CELLS],
+        seeds=[3],
+        metrics=["xnli/accuracy"],
+    )
     assert "leave-one-out stability of 2 pair(s)" in done.stdout
 
     results = json.loads((out / "results.json").read_text())
@@ -83,34 +97,13 @@ def test_leave_one_out_study_reports_the_distance_of_each_pair(tmp_path):
 def test_leave_one_out_study_over_a_plug_in_head_kind(tmp_path):
     """The study rebuilds each run's model as the run loader does, head kinds of task plug-ins included."""
     tasks = write_kind_task(tmp_path / "tasks")
-    out = tmp_path / "study"
-    study = {
-        "name": "loo_kind",
-        "base": str(REPO / "tests/e2e/base.yaml"),
-        "overrides": {
-            "weighting.method": "mean",
-            "weighting.options": {},
-            "data.task_dirs": [str(tasks)],
-            "data.tasks": [{"name": "nli_tempered", "languages": ["en"], "max_train_examples": 32}],
-            "training.max_steps": 2,
-            "training.micro_batch_size": 16,
-            "evaluation.every_steps": 2,
-            "evaluation.metric_for_best": "nli_tempered/accuracy",
-            "checkpointing.every_steps": 2,
-            "logging.every_steps": 2,
-            "corpus.languages": ["en"],
-            "model.adapter.method": "head",
-        },
-        "seeds": [5],
-        "leave_one_out": {"count": 1, "draws": 1, "seed": 11},
-        "metrics": ["nli_tempered/accuracy"],
-        "output_dir": str(out),
-        "executor": {"name": "local", "workers": 2},
+    plug_in = {
+        "data.task_dirs": [str(tasks)],
+        "data.tasks": [{"name": "nli_tempered", "languages": ["en"], "max_train_examples": 32}],
+        "evaluation.metric_for_best": "nli_tempered/accuracy",
+        "model.adapter.method": "head",
     }
-    path = tmp_path / "loo.yaml"
-    path.write_text(yaml.safe_dump(study), encoding="utf-8")
-    done = run_cli("study", "--config", str(path), processes=2, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    assert done.returncode == 0, done.stderr[-3000:]
+    out, _ = run_loo_study(tmp_path, 2, plug_in, seeds=[5], metrics=["nli_tempered/accuracy"])
     (cell,) = json.loads((out / "loo.json").read_text())
     assert cell["trained_part"].startswith("task heads (") and not cell["missing"]
     (pair,) = cell["pairs"]
