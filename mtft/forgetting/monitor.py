@@ -503,8 +503,8 @@ class ForgettingMonitor:
         others wait for it and read what it wrote."""
         path = self._cache_path(self._cache_key())
         lock = path.with_name(f".{path.name}.lock")
-        waiting = lambda: logger.info(f"λ_p: waiting for another run computing it ({path})")  # noqa: E731
-        with waiting_lock(lock, waiting) if self.is_main else contextlib.nullcontext():
+        waiting = waiting_lock(lock, lambda: logger.info(f"λ_p: waiting for another run computing it ({path})"))
+        with waiting if self.is_main else contextlib.nullcontext():
             return self._lambda_p_at(path)
 
     def _lambda_p_at(self, path: Path) -> tuple[EigenResult, bool]:

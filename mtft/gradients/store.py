@@ -257,8 +257,11 @@ class ShardedStore(GradientStore):
 
     dense_in_buffer = False
 
+    @property
+    def shards(self) -> int:  # type: ignore[override]
+        return self.model.world_size
+
     def _gradients(self) -> ShardedGradients:
-        self.shards = self.model.world_size
         self.sharded = ShardedGradients(self.collector, self.model.rank, self.model.world_size)
         return self.sharded
 

@@ -34,11 +34,12 @@ def rebuild_model(
     config: RunConfig,
     heads: Mapping[str, Mapping[str, Any]],
     objectives: Sequence[str],
+    heads_file: Path,
     device: Optional[Union[str, torch.device]] = None,
-    heads_file: Optional[Path] = None,
 ) -> tuple[MultiTaskModel, AdapterMethod]:
-    """The model of the run in ``run_dir`` (trained with ``config``; ``heads`` as its ``heads.json`` lists them,
-    ``objectives`` as its trainer state does), built on ``device`` (``"meta"``: shapes only, nothing allocated).
+    """The model of the run in ``run_dir`` (trained with ``config``; ``heads`` as the checkpoint's ``heads_file``
+    lists them, ``objectives`` as its trainer state does), built on ``device`` (``"meta"``: shapes only, nothing
+    allocated).
 
     A head of a kind mtft does not ship was enrolled by its task's plug-in module: that task is loaded first
     (from the run's own task copies, under the run's plug-in gate) so that the kind is known here.
@@ -54,7 +55,7 @@ def rebuild_model(
         with reading(f"{run_dir}/config.yaml (model.adapter)"):
             method = build_method(config.model.adapter)
             method.apply(encoder, list(heads), list(objectives), config.run.seed)  # rows routed by head's task
-        with reading(heads_file or run_dir / "heads.json"):
+        with reading(heads_file):
             built = {
                 task: build_head(meta["kind"], encoder.config.hidden_size, meta["label_names"], 0.0)
                 for task, meta in heads.items()

@@ -96,9 +96,7 @@ def trained_part(run_dir: Path, checkpoint: Path) -> TrainedPart:
     heads = read_json(checkpoint / "heads.json")
     with reading(checkpoint / "trainer_state.json"):
         objectives = list(read_json(checkpoint / "trainer_state.json")["objectives"])
-    model, _ = rebuild_model(
-        Path(run_dir), config, heads, objectives, device="meta", heads_file=checkpoint / "heads.json"
-    )
+    model, _ = rebuild_model(Path(run_dir), config, heads, objectives, checkpoint / "heads.json", device="meta")
     shapes = {name: tuple(p.shape) for name, p in model.named_parameters() if p.requires_grad}
     parts = [part for part, _, trainable in parameter_table(model)[:-1] if trainable]
     return TrainedPart(shapes, " + ".join(parts), sum(math.prod(s) for s in shapes.values()))

@@ -70,9 +70,10 @@ class MaskedPositionsLM(torch.nn.Module):
     def __init__(self, mlm: torch.nn.Module):
         super().__init__()
         self.mlm = mlm
+        self._parts = split_mlm_model(mlm)[:2]  # (encoder, head): mlm's own modules, a tuple registers nothing
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        encoder, head, _ = split_mlm_model(self.mlm)
+        encoder, head = self._parts
         hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         targets = labels != IGNORE_INDEX
         logits = head(hidden[targets])

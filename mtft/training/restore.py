@@ -175,7 +175,7 @@ def _rebuild(root: Path, checkpoint: Path, files: dict[str, IO[bytes]]) -> Loade
     heads = _heads(checkpoint / "heads.json", files["heads"])
     with reading(Path(files["state"].name)):
         objectives = [str(name) for name in _json(files["state"])["objectives"]]
-    model, method = rebuild_model(root, config, heads, objectives, heads_file=checkpoint / "heads.json")
+    model, method = rebuild_model(root, config, heads, objectives, checkpoint / "heads.json")
     weights = checkpoint / "model.safetensors"
     with reading(weights):
         saved = _safetensors(files["model"])
