@@ -6,7 +6,7 @@
 
 It runs ``python -m pytest`` as the README does (setup.cfg's options: a worker per core) with a JUnit report, then
 prints the wall time, the seconds summed over the tests, the files by their seconds, the slowest tests and the
-runs the tests launched (``MTFT_TESTS_LAUNCH_LOG``, tests/launch.py) by file; with
+runs the tests launched (``MTFT_TESTS_LAUNCH_LOG``, tests/helpers/launch.py) by file; with
 ``--coverage`` also the line and branch coverage of ``mtft/``, subprocesses (``run.py``, torchrun's ranks, study
 jobs) and the warm Python's forks included. docs/results.md ("The test suite's cost") keeps the last measurement.
 """
@@ -53,7 +53,7 @@ def file_of(test: str) -> str:
 
 
 def print_launches(launches: list[dict], top: int) -> None:
-    """The warm launches (``run.py``, torchrun, a study's runs: tests/launch.py) by test file: how much of the
+    """The warm launches (``run.py``, torchrun, a study's runs: tests/helpers/launch.py) by test file: how much of the
     suite's time is runs started from the tests, and whose."""
     files: dict[str, list[float]] = defaultdict(list)
     for launch in launches:
@@ -73,7 +73,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as folder:
         junit = Path(folder) / "junit.xml"
-        launches = Path(folder) / "launches.jsonl"  # tests/launch.py: one line per run.py (or other) launch
+        launches = Path(folder) / "launches.jsonl"  # tests/helpers/launch.py: one line per run.py (or other) launch
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "MTFT_TESTS_LAUNCH_LOG": str(launches)}
         command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--junitxml={junit}", *args.pytest_args]
         if args.coverage:

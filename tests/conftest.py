@@ -1,27 +1,19 @@
-"""Shared test set-up: offline Hub, a private cache per session, and helpers to launch run.py."""
+"""The session's set-up: offline Hub, a private cache per session, the warm Python, markers and the cost table.
+What tests share as code lives in tests/helpers/."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pytest
 
-# the launchers, imported from here by the tests (tests.launch imports no torch)
-from tests.launch import (  # noqa: F401
+# the launchers (tests.helpers.launch imports no torch, so the thread settings below come first)
+from tests.helpers.launch import (
     MULTIPROCESS,
     REPO,
     THREADS,
     WARM,
-    clean_env,
-    free_port,
-    kill_tree,
-    run_cli,
-    run_launcher,
-    run_process,
-    run_script,
-    run_torchrun,
 )
 
 # A pytest-xdist worker computes with its share of the cores, as its launches do (THREADS): two workers of two
@@ -83,8 +75,8 @@ def private_cache(tmp_path_factory):
 @pytest.fixture(scope="session", autouse=True)
 def machine(private_cache, tmp_path_factory):
     """The lock of multi-process launches shared by the session's workers, and this test process's warm Python
-    (tests/launch.py), started at the first launch after :func:`private_cache` has set the environment it imports
-    the libraries with; ``MTFT_TESTS_COLD=1`` launches fresh interpreters instead."""
+    (tests/helpers/launch.py), started at the first launch after :func:`private_cache` has set the environment it
+    imports the libraries with; ``MTFT_TESTS_COLD=1`` launches fresh interpreters instead."""
     if "PYTEST_XDIST_WORKER" in os.environ:
         MULTIPROCESS.path = session_folder(tmp_path_factory) / "multiprocess.lock"
         import torch
@@ -98,38 +90,6 @@ def machine(private_cache, tmp_path_factory):
         with open(MULTIPROCESS.path.with_suffix(".held_s"), "a") as log:
             log.write(f"{MULTIPROCESS.held_s}\n")
     MULTIPROCESS.path = None
-
-
-def xnli_task_spec(name: str, languages: list[str], head: str = "sequence_classification", **fields) -> dict:
-    """A task file's fields for a task of its own on the XNLI fixtures (in-language, premise and hypothesis)."""
-    return {
-        "task": name,
-        "head": head,
-        **fields,
-        "languages": languages,
-        "default_protocol": "in_language",
-        "text_columns": ["premise", "hypothesis"],
-        "metrics": ["accuracy"],
-        "data": {
-            "train": {"path": "facebook/xnli", "name": "{language}", "split": "train"},
-            "validation": {"path": "facebook/xnli", "name": "{language}", "split": "validation"},
-        },
-    }
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-BASE_CONFIG = "tests/e2e/base.yaml"
-
-
-def base_overrides(out: Path, steps: int, **extra) -> list[str]:
-    """Overrides of the e2e base run (:data:`BASE_CONFIG`): output in ``out``, ``steps`` steps, plus ``extra``
-    (``{"a.b": value}``). A string is passed as written (YAML, e.g. ``"[en, de]"``); any other value as JSON, so
-    ``None`` is null, ``False`` false and a dict or list a whole mapping or list."""
-    values = {"run.output_dir": str(out), "training.max_steps": steps, **extra}
-    return [f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in values.items()]
 
 
 @pytest.fixture

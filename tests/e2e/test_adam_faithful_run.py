@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from mtft.study.collect import descent_summary
-from tests.conftest import BASE_CONFIG, base_overrides, read_jsonl, run_cli, run_torchrun
+from tests.helpers.launch import run_cli, run_torchrun
+from tests.helpers.runs import BASE_CONFIG, base_overrides, read_jsonl
 
 STEPS = 6
 LANGS = ("en", "de", "ar")

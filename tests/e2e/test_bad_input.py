@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BASE_CONFIG, REPO, clean_env, run_cli
+from tests.helpers.launch import REPO, clean_env, run_cli
+from tests.helpers.runs import BASE_CONFIG
 
 BASE = ["--config", BASE_CONFIG]
 SENTIMENT = json.dumps(
@@ -432,7 +433,7 @@ def fast_results(tmp_path_factory):
     (root / "cases.json").write_text(json.dumps(cases))
     top_level = sorted(p.name for p in REPO.iterdir())  # nothing appears beside run.py either
     subprocess.run(
-        [sys.executable, str(REPO / "tests/e2e/helpers/run_cases.py"), root / "cases.json", root / "results.json"],
+        [sys.executable, str(REPO / "tests/helpers/run_cases.py"), root / "cases.json", root / "results.json"],
         cwd=REPO,
         env=clean_env(OMP_NUM_THREADS="1"),
         check=True,

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BASE_CONFIG, base_overrides, read_jsonl, run_cli
+from tests.helpers.launch import run_cli
+from tests.helpers.runs import BASE_CONFIG, base_overrides, read_jsonl
 
 STEPS = 80
 XNLI = ("xnli/en", "xnli/ar")

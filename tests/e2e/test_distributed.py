@@ -9,20 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 from safetensors.torch import load_file
 
 from mtft.data.sampler import MultiObjectiveSampler, mixing_probabilities
-from tests.conftest import (
-    BASE_CONFIG,
-    base_overrides,
-    clean_env,
-    read_jsonl,
-    run_cli,
-    run_process,
-    run_torchrun,
-    xnli_task_spec,
-)
+from tests.helpers.launch import clean_env, run_cli, run_process, run_torchrun
+from tests.helpers.runs import BASE_CONFIG, base_overrides, read_jsonl, second_task
 
 # a hang (a rank stuck in a collective) fails the test: one test here runs at most 2 short runs, ~1-2 minutes
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(600)]
@@ -31,13 +22,6 @@ pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(600)]
 # differs (gloo's all-reduce, per-rank padding); measured on the base's random encoder 3.1e-8 (full) and 1.8e-8
 # (Multi-LoRA) per step (the weights after 16 steps: at most 7.6e-6 and 5.0e-7 apart).
 LOSS_TOLERANCE = 1e-5
-
-
-def second_task(folder: Path) -> Path:
-    """A second task on the XNLI fixtures, so that ranks often hold different task heads in one step."""
-    folder.mkdir(parents=True)
-    (folder / "nli_copy.yaml").write_text(yaml.safe_dump(xnli_task_spec("nli_copy", ["sw", "ru"])))
-    return folder
 
 
 def common(tmp_path: Path, out: Path, micro: int, zero: int, method: str = "multi_lora") -> list[str]:

@@ -20,7 +20,8 @@ from transformers import AutoModel, AutoTokenizer
 
 from mtft.tasks.kinds import build_head
 from mtft.training.restore import load_run
-from tests.conftest import BASE_CONFIG, base_overrides, read_jsonl, run_cli
+from tests.helpers.launch import run_cli
+from tests.helpers.runs import BASE_CONFIG, base_overrides, read_jsonl
 
 STEPS = 25
 REAL = "mtft/fixtures/data/real_world"

@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.conftest import BASE_CONFIG, base_overrides, read_jsonl, run_cli
+from tests.helpers.launch import run_cli
+from tests.helpers.runs import BASE_CONFIG, base_overrides, read_jsonl
 
 PATIENCE, EVERY, MAX_STEPS = 2, 2, 40
 

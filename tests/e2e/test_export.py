@@ -16,8 +16,8 @@ from mtft.api.run import read_input
 from mtft.commands.export import export_run
 from mtft.tasks.kinds import build_head
 from mtft.training.restore import load_run
-from tests.conftest import BASE_CONFIG, base_overrides, read_jsonl, run_cli
-from tests.e2e.test_distributed import second_task
+from tests.helpers.launch import run_cli
+from tests.helpers.runs import BASE_CONFIG, base_overrides, read_jsonl, second_task
 
 TEXTS = [("Der Hund schläft nicht.", "Ein Tier ruht."), ("the cat is awake", "a cat sleeps"), ("x", "y z")]
 

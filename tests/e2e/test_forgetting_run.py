@@ -12,8 +12,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import BASE_CONFIG, base_overrides, read_jsonl, run_cli, run_torchrun
-from tests.e2e.test_zero3_lfmlf import partitioned_zero3
+from tests.helpers.launch import run_cli, run_torchrun
+from tests.helpers.runs import BASE_CONFIG, base_overrides, partitioned_zero3, read_jsonl
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

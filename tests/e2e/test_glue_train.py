@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from mtft.commands import run_command
-from tests.conftest import BASE_CONFIG, REPO, base_overrides, read_jsonl, run_cli
+from tests.helpers.launch import REPO, run_cli
+from tests.helpers.runs import BASE_CONFIG, base_overrides, read_jsonl
 
 FIXTURES = {"nyu-mll/glue": "tasks/glue/fixtures/glue", "aps/super_glue": "tasks/super_glue/fixtures/super_glue"}
 # the base run (full fine-tuning of the tiny encoder, dropout 0) on the GLUE/SuperGLUE fixtures, mean weighting

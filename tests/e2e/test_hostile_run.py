@@ -24,7 +24,8 @@ import torch
 import yaml
 from safetensors.torch import save_file
 
-from tests.conftest import BASE_CONFIG, REPO, WARM, base_overrides, clean_env, read_jsonl, run_cli
+from tests.helpers.launch import REPO, WARM, clean_env, run_cli
+from tests.helpers.runs import BASE_CONFIG, base_overrides, read_jsonl
 
 EVIL = "import pathlib\npathlib.Path(__file__).with_name('CODE_RAN').write_text('ran')\nraise SystemExit(0)\n"
 ROWS = [
@@ -410,7 +411,7 @@ def test_predict_pins_a_checkpoint_that_rotation_removes(trained, tmp_path, monk
 
 def python() -> str:
     """The ``python`` of a command the test starts itself and runs beside others: the warm Python's client
-    (tests/e2e/helpers/warm_client.py), which has the command forked warm, ends as it ended and, killed, takes it
+    (tests/helpers/warm_client.py), which has the command forked warm, ends as it ended and, killed, takes it
     with it -- no interpreter start-up and teardown per process; a fresh interpreter with ``MTFT_TESTS_COLD=1``."""
     if WARM.folder is None:
         return sys.executable

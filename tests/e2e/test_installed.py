@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO, clean_env, read_jsonl
+from tests.helpers.launch import REPO, clean_env
+from tests.helpers.runs import read_jsonl
 
 ROWS = 24
 

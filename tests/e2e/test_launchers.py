@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import BASE_CONFIG, base_overrides, free_port, read_jsonl, run_launcher, run_torchrun
+from tests.helpers.launch import free_port, run_launcher, run_torchrun
+from tests.helpers.runs import BASE_CONFIG, base_overrides, read_jsonl
 
 pytestmark = pytest.mark.multiprocess
 

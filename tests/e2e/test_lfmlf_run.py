@@ -10,54 +10,22 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from tests.conftest import BASE_CONFIG, base_overrides, read_jsonl, run_cli, run_torchrun
+from tests.helpers.launch import run_cli, run_torchrun
+from tests.helpers.runs import (
+    BASE_CONFIG,
+    METHODS,
+    STEPS,
+    assert_same_d_norm,
+    base_overrides,
+    final_weights,
+    lfmlf_run,
+    read_jsonl,
+    weighting_events,
+)
 
-STEPS = 12
 # LF-MLF weights of bfloat16 against full-precision buffers over the 12 steps: measured 3.8e-3 at most (the
 # trajectories part as the rounded gradients move the model), so 5x that
 BFLOAT16_WEIGHT_GAP = 2e-2
-
-
-def lfmlf_run(out: Path, zero: int, micro: int, **extra) -> list[str]:
-    # LF-MLF (the base's weighting) on the base's random encoder, the one these tolerances were set on (with a
-    # pre-trained one ZeRO-0 vs 1 differ by ~1.8e-5)
-    return base_overrides(
-        out,
-        STEPS,
-        **{
-            "training.deepspeed_config": f"configs/deepspeed/zero{zero}.json",
-            "training.micro_batch_size": micro,
-            "model.classifier_dropout": 0.0,
-            "data.tasks.0.languages": "[en, de, ar]",
-            "logging.every_steps": 1,
-            "checkpointing.every_steps": 6,
-            "evaluation.every_steps": None,
-            "weighting.cosine_every": 4,
-            **extra,
-        },
-    )
-
-
-def weighting_events(out: Path) -> list[dict]:
-    return [e for e in read_jsonl(out / "metrics.jsonl") if e["kind"] == "weighting"]
-
-
-def assert_same_d_norm(a: dict, b: dict) -> None:
-    """||d||² = wᵀGw of two runs that differ only in float32 summation order. Near Pareto stationarity it is a
-    small difference of entries of size ~||g_t||² (||d||²/mean||g_t||² reaches 1e-5 here), so its rounding error
-    scales with mean||g_t||², not with ||d||²."""
-    tolerance = 1e-4 * max(a["d_norm_sq"], a["mean_grad_norm_sq"] * 1e-2)
-    assert abs(a["d_norm_sq"] - b["d_norm_sq"]) <= tolerance, (a["step"], a["d_norm_sq"], b["d_norm_sq"])
-
-
-def final_weights(out: Path):
-    return load_file(str(out / f"checkpoints/step-{STEPS:08d}/model.safetensors"))
-
-
-METHODS = {
-    "multi_lora": {"model.adapter.method": "multi_lora", "training.optimizer.lr": 1e-2},
-    "full": {},
-}  # the base: full fine-tuning at lr 1e-3
 
 
 @pytest.fixture(scope="module", params=list(METHODS))

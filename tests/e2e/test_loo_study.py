@@ -15,8 +15,8 @@ import torch
 import yaml
 
 from mtft.training.restore import load_run
-from tests.conftest import REPO, run_cli
-from tests.e2e.helpers.plugin_kind import write_kind_task
+from tests.helpers.launch import REPO, run_cli
+from tests.helpers.plugin_kind import write_kind_task
 
 pytestmark = pytest.mark.timeout(600)
 CELLS = {"full": "encoder weights + task heads", "head": "task heads"}

@@ -8,7 +8,8 @@ import json
 from collections import Counter
 from statistics import mean
 
-from tests.conftest import BASE_CONFIG, REPO, base_overrides, read_jsonl, run_cli
+from tests.helpers.launch import REPO, run_cli
+from tests.helpers.runs import BASE_CONFIG, base_overrides, read_jsonl
 
 TRAIN, EVAL, LANGUAGES = 40, 30, ("en", "de")
 

@@ -12,7 +12,8 @@ import torch
 from safetensors.torch import load_file
 
 from mtft.training.restore import load_run
-from tests.conftest import BASE_CONFIG, base_overrides, run_cli, run_script
+from tests.helpers.launch import run_cli, run_script
+from tests.helpers.runs import BASE_CONFIG, base_overrides
 
 HEADS = 5
 TASKS = {"xnli": 3, "glue_stsb": 1, "superglue_copa": 1}  # task: outputs of its out_proj
@@ -80,7 +81,7 @@ def test_mhloss_run_trains_evaluates_and_ships_the_averaged_head(trained, tmp_pa
 def test_a_resumed_mhloss_run_ends_with_the_uninterrupted_runs_heads(trained, tmp_path):
     out = tmp_path / "run"
     killed = run_script(
-        "tests/e2e/helpers/kill_during_run.py",
+        "tests/helpers/kill_during_run.py",
         "after",
         "4",
         "--config",

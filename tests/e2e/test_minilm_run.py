@@ -22,7 +22,8 @@ from transformers import AutoModel, AutoTokenizer
 from mtft.fixtures.minilm import minilm_folder
 from mtft.tasks.kinds import build_head
 from mtft.training.restore import load_run
-from tests.conftest import BASE_CONFIG, base_overrides, read_jsonl, run_cli
+from tests.helpers.launch import run_cli
+from tests.helpers.runs import BASE_CONFIG, base_overrides, read_jsonl
 
 PAIRS = [("The dog does not sleep.", "An animal rests."), ("the cat is awake", "a cat sleeps"), ("x", "y z")]
 

@@ -12,7 +12,8 @@ import torch
 from safetensors.torch import load_file
 
 from mtft.training.restore import load_run
-from tests.conftest import BASE_CONFIG, base_overrides, run_cli, run_script
+from tests.helpers.launch import run_cli, run_script
+from tests.helpers.runs import BASE_CONFIG, base_overrides
 
 STEPS = 6
 MIXOUT = {
@@ -58,7 +59,7 @@ def test_mixout_trains_and_checkpoints_like_a_plain_run(straight, tmp_path):
 def test_mixout_run_resumes_to_the_uninterrupted_weights(straight, tmp_path):
     out = tmp_path / "run"
     args = ["--config", BASE_CONFIG, *base_overrides(out, STEPS, **MIXOUT)]
-    killed = run_script("tests/e2e/helpers/kill_during_run.py", "after", "3", *args)
+    killed = run_script("tests/helpers/kill_during_run.py", "after", "3", *args)
     assert killed.returncode == -9, killed.stderr[-3000:]
     resumed = run_cli(*args, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-3000:]

@@ -4,8 +4,8 @@ import json
 
 from safetensors.torch import load_file
 
-from tests.conftest import BASE_CONFIG, base_overrides, read_jsonl, run_cli
-from tests.e2e.test_distributed import second_task
+from tests.helpers.launch import run_cli
+from tests.helpers.runs import BASE_CONFIG, base_overrides, read_jsonl, second_task
 
 
 def test_mixed_batch_multi_lora_run_learns_and_reports_parameters(tmp_path):

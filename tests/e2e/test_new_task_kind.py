@@ -8,8 +8,9 @@ import math
 
 import pytest
 
-from tests.conftest import BASE_CONFIG, base_overrides, run_cli
-from tests.e2e.helpers.plugin_kind import write_kind_task
+from tests.helpers.launch import run_cli
+from tests.helpers.plugin_kind import write_kind_task
+from tests.helpers.runs import BASE_CONFIG, base_overrides
 
 
 @pytest.fixture(autouse=True)

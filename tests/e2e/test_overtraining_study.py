@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO, read_jsonl, run_cli
+from tests.helpers.launch import REPO, run_cli
+from tests.helpers.runs import read_jsonl
 
 BUDGETS = [1024, 4096]  # 2 and 8 steps of 16 x 32 tokens
 LRS = [1.0e-3, 3.0e-3]

@@ -25,8 +25,9 @@ from mtft.commands import run_command
 from mtft.commands.export import export_run
 from mtft.data.pipeline import load_task_split
 from mtft.tasks.kinds import build_head
-from tests.conftest import BASE_CONFIG, REPO, base_overrides, read_jsonl, run_cli
-from tests.unit.data.test_evaluation_selection import validation_only_copy
+from tests.helpers.data import validation_only_copy
+from tests.helpers.launch import REPO, run_cli
+from tests.helpers.runs import BASE_CONFIG, base_overrides, read_jsonl
 
 SOURCES = {
     "unimelb-nlp/wikiann": "tasks/wikiann/fixtures/wikiann",

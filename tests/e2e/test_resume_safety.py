@@ -20,19 +20,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import (
-    BASE_CONFIG,
-    REPO,
-    WARM,
-    base_overrides,
-    clean_env,
-    kill_tree,
-    read_jsonl,
-    run_cli,
-    run_script,
-    run_torchrun,
-)
-from tests.e2e.helpers.warm_client import Handover
+from tests.helpers.launch import REPO, WARM, clean_env, kill_tree, run_cli, run_script, run_torchrun
+from tests.helpers.runs import BASE_CONFIG, base_overrides, read_jsonl
+from tests.helpers.warm_client import Handover
 
 pytestmark = pytest.mark.slow
 
@@ -247,7 +237,7 @@ def test_resume_before_the_first_checkpoint_says_so(straight, tmp_path):
 @pytest.mark.parametrize("name, code", [("SIGTERM", 143), ("SIGINT", 130)])
 def test_signal_saves_and_resume_matches(straight, tmp_path, name, code):
     out = tmp_path / "run"
-    stopped = run_script("tests/e2e/helpers/signal_during_run.py", name, "3", *args(out))
+    stopped = run_script("tests/helpers/signal_during_run.py", name, "3", *args(out))
     assert stopped.returncode == code, stopped.stderr[-3000:]
     last = stopped.stderr.strip().splitlines()[-1]
     assert last.startswith(f"error: stopped by {name} after step 3; checkpoint {out}/checkpoints/{step_name(3)}"), last
@@ -265,7 +255,7 @@ def test_signal_saves_and_resume_matches(straight, tmp_path, name, code):
 
 class Started:
     """``python run.py ARGV`` started and not waited for, with one thread, its error output kept: forked from the
-    warm Python (tests/launch.py), whose answer is the run's own pid, or (``MTFT_TESTS_COLD=1``) a fresh
+    warm Python (tests/helpers/launch.py), whose answer is the run's own pid, or (``MTFT_TESTS_COLD=1``) a fresh
     interpreter."""
 
     def __init__(self, argv: list[str], folder: Path) -> None:

@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from tests.conftest import BASE_CONFIG, base_overrides, run_cli, run_torchrun
-from tests.e2e.test_lfmlf_run import weighting_events
-from tests.e2e.test_zero3_lfmlf import partitioned_zero3
+from tests.helpers.launch import run_cli, run_torchrun
+from tests.helpers.runs import BASE_CONFIG, base_overrides, partitioned_zero3, weighting_events
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(600)]
 STEPS = 4

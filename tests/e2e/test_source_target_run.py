@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 
-from tests.conftest import BASE_CONFIG, base_overrides, read_jsonl, run_cli
+from tests.helpers.launch import run_cli
+from tests.helpers.runs import BASE_CONFIG, base_overrides, read_jsonl
 
 
 def test_a_two_source_two_target_run_reports_source_and_target_macros_and_the_gap(tmp_path):

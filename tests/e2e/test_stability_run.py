@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import math
 
-from tests.conftest import BASE_CONFIG, base_overrides, read_jsonl, run_cli
+from tests.helpers.launch import run_cli
+from tests.helpers.runs import BASE_CONFIG, base_overrides, read_jsonl
 
 
 def test_max_margin_regulariser_trains_and_logs_its_term(tmp_path):

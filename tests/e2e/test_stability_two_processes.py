@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from tests.conftest import BASE_CONFIG, base_overrides, read_jsonl, run_cli, run_torchrun
+from tests.helpers.launch import run_cli, run_torchrun
+from tests.helpers.runs import BASE_CONFIG, base_overrides, read_jsonl
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(600)]
 STEPS = 8

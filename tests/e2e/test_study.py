@@ -1,7 +1,7 @@
 """``run.py study`` end to end on configs/studies/tiny.yaml (2 learning rates x 2 weightings x 2 seeds, 2 workers):
 the runs, the aggregates against the runs' own metrics.json, a SIGKILLed study resumed to the same result, a
 failing cell, submitit's executor, --report-only and bad input. A study the test signals itself is launched with
-the warm Python's client as its interpreter (tests/e2e/helpers/warm_client.py), so that it and its runs start warm
+the warm Python's client as its interpreter (tests/helpers/warm_client.py), so that it and its runs start warm
 as every other launch here does."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 from scipy import stats
 
 from mtft.core.runlock import lock_path
-from tests.conftest import MULTIPROCESS, REPO, THREADS, WARM, clean_env, kill_tree, run_cli
+from tests.helpers.launch import MULTIPROCESS, REPO, THREADS, WARM, clean_env, kill_tree, run_cli
 
 STUDY = "configs/studies/tiny.yaml"
 CELLS = ["lr-0.001_method-mean", "lr-0.001_method-lfmlf", "lr-0.003_method-mean", "lr-0.003_method-lfmlf"]

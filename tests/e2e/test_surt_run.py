@@ -9,7 +9,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from tests.conftest import BASE_CONFIG, base_overrides, run_cli
+from tests.helpers.launch import run_cli
+from tests.helpers.runs import BASE_CONFIG, base_overrides
 
 STEPS = 4
 RUN = {

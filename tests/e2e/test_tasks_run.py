@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from mtft.commands import score as score_command
-from tests.conftest import BASE_CONFIG, REPO, base_overrides, read_jsonl, run_cli, run_torchrun
+from tests.helpers.launch import REPO, run_cli, run_torchrun
+from tests.helpers.runs import BASE_CONFIG, base_overrides, read_jsonl
 
 FIXTURE_SOURCES = {
     "unimelb-nlp/wikiann": "tasks/wikiann/fixtures/wikiann",

@@ -12,7 +12,8 @@ import torch
 from safetensors.torch import load_file
 
 from mtft.config import load_config
-from tests.conftest import BASE_CONFIG, REPO, base_overrides, read_jsonl, run_cli, run_script
+from tests.helpers.launch import REPO, run_cli, run_script
+from tests.helpers.runs import BASE_CONFIG, base_overrides, read_jsonl
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -102,7 +103,7 @@ RESUME_RUN = {
 
 def kill_run(mode: str, step: int, out: Path) -> subprocess.CompletedProcess:
     args = ["--config", BASE_CONFIG, *base_overrides(out, STEPS, **RESUME_RUN)]
-    return run_script("tests/e2e/helpers/kill_during_run.py", mode, str(step), *args)
+    return run_script("tests/helpers/kill_during_run.py", mode, str(step), *args)
 
 
 def final_state(out: Path) -> dict[str, torch.Tensor]:

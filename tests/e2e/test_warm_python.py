@@ -1,4 +1,4 @@
-"""The warm Python (tests/e2e/helpers/warm_python.py) launches a script as a fresh interpreter does: what the script
+"""The warm Python (tests/helpers/warm_python.py) launches a script as a fresh interpreter does: what the script
 sees (argv, sys.path, working directory, environment, modules already imported, threads) and how it ends (exit
 status, an uncaught exception's traceback, a signal, atexit handlers, files left open) are the same warm and cold,
 whether the test process launches it or a launched run does through its ``sys.executable`` (warm_client.py: how
@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, WARM, clean_env, run_process, run_script
+from tests.helpers.launch import REPO, WARM, clean_env, run_process, run_script
 
 PROBE = """
 import atexit, json, os, signal, sys
@@ -128,7 +128,7 @@ def test_a_dead_reaper_is_one_error_naming_the_run(tmp_path):
     import socket
     import threading
 
-    from tests.e2e.helpers.warm_client import Handover, command_line
+    from tests.helpers.warm_client import Handover, command_line
 
     path = str(tmp_path / "server")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -6,29 +6,26 @@ without it."""
 
 from __future__ import annotations
 
-import json
 import shutil
-from pathlib import Path
 
 import pytest
 import torch
 
-from tests.conftest import BASE_CONFIG, read_jsonl, run_cli, run_torchrun
-from tests.e2e.test_lfmlf_run import METHODS, assert_same_d_norm, final_weights, lfmlf_run, weighting_events
+from tests.helpers.launch import run_cli, run_torchrun
+from tests.helpers.runs import (
+    BASE_CONFIG,
+    METHODS,
+    assert_same_d_norm,
+    final_weights,
+    lfmlf_run,
+    partitioned_zero3,
+    read_jsonl,
+    weighting_events,
+)
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(600)]
 
 OBJECTIVES = ("xnli/en", "xnli/de", "xnli/ar")
-
-
-def partitioned_zero3(folder: Path) -> Path:
-    """configs/deepspeed/zero3.json with no persistence threshold: DeepSpeed otherwise keeps every tensor under
-    100k elements whole on each rank, which at the tiny encoder's shapes is all but the embedding table."""
-    config = json.loads(Path("configs/deepspeed/zero3.json").read_text())
-    config["zero_optimization"]["stage3_param_persistence_threshold"] = 0
-    path = folder / "zero3_partitioned.json"
-    path.write_text(json.dumps(config))
-    return path
 
 
 #: how the two-process ZeRO-3 run of each method makes its per-objective passes: full fine-tuning through DeepSpeed's

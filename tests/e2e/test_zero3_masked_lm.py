@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from tests.conftest import BASE_CONFIG, base_overrides, read_jsonl, run_torchrun
+from tests.helpers.launch import run_torchrun
+from tests.helpers.runs import BASE_CONFIG, base_overrides, read_jsonl
 
 pytestmark = pytest.mark.timeout(600)
 

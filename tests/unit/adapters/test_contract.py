@@ -20,8 +20,8 @@ from mtft.core.errors import CheckpointError, ConfigError
 from mtft.core.rows import labelled_rows
 from mtft.forgetting.mlm import MaskedLM
 from mtft.models.mixout import apply_mixout
-from tests.unit.gradients.test_gradients import MIXED, hooked_gradients, make_batch
-from tests.unit.models.test_model import tiny_model
+from tests.helpers.gradients import MIXED, hooked_gradients, make_batch
+from tests.helpers.models import tiny_model
 
 TASKS = ["a", "b"]  # tiny_model's heads
 OBJECTIVES = ["b/en", "a/en", "a/de"]  # MIXED's objectives 0, 1, 2 are rows of heads 1, 0, 0

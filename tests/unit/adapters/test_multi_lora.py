@@ -15,7 +15,7 @@ from mtft.adapters.options import MultiLoraOptions
 from mtft.core.rows import labelled_rows
 from mtft.models.heads import SequenceClassificationHead
 from mtft.models.multitask import MultiTaskModel
-from tests.unit.models.test_model import tiny_model
+from tests.helpers.models import tiny_model
 
 
 def roberta_base_on_meta():

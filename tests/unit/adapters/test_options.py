@@ -12,7 +12,7 @@ import pytest
 from mtft.adapters import METHODS, AdapterOptions
 from mtft.config import config_to_yaml, iter_options, load_config
 from mtft.core.errors import ConfigError
-from tests.conftest import REPO
+from tests.helpers.launch import REPO
 
 # one value per option of a built-in method that is not its default, so that a foreign option is not a no-op
 VALUES = {"granularity": "objective", "init_a": "gaussian", "r": 4, "alpha": 2.0, "dropout": 0.1}

@@ -9,8 +9,9 @@ import pytest
 
 from mtft.commands import score as score_command
 from mtft.core.errors import ConfigError, DataError
-from tests.conftest import REPO, read_jsonl, run_cli
-from tests.unit.tasks.test_tasks_ner_qa import write_tydiqa_copy
+from tests.helpers.launch import REPO, run_cli
+from tests.helpers.runs import read_jsonl
+from tests.helpers.tasks import write_tydiqa_copy
 
 WIKIANN = str(REPO / "tasks/wikiann/fixtures/wikiann")
 TYDIQA = str(REPO / "tasks/tydiqa/fixtures/tydiqa")

@@ -11,7 +11,7 @@ import pytest
 from mtft.config import RunConfig, load_config
 from mtft.config.load import iter_options, parse_override, set_dotted
 from mtft.core.errors import ConfigError
-from tests.conftest import REPO, run_cli
+from tests.helpers.launch import REPO, run_cli
 
 SHIPPED = sorted(p for p in (REPO / "configs").rglob("*.yaml") if "studies" not in p.parts)  # studies: tests/unit/study
 

@@ -8,7 +8,8 @@ import pytest
 
 from mtft.config import load_config
 from mtft.core.errors import ConfigError
-from tests.conftest import BASE_CONFIG, REPO
+from tests.helpers.launch import REPO
+from tests.helpers.runs import BASE_CONFIG
 
 
 def load(*overrides: str):

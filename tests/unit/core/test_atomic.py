@@ -11,7 +11,7 @@ import pytest
 
 from mtft.core.atomic import MARKER, STAMP, AtomicFolder, is_complete, marker, recover, write_json
 from mtft.core.errors import CheckpointError
-from tests.conftest import REPO, clean_env
+from tests.helpers.launch import REPO, clean_env
 
 
 def test_folder_appears_only_when_committed(tmp_path):

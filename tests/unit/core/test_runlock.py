@@ -75,7 +75,7 @@ def test_every_stage_of_run_py_takes_the_run_lock_before_it_starts(tmp_path, mon
     before it loads anything (a pre-training run used to take no lock)."""
     import mtft.training.preflight
     from mtft.cli import main
-    from tests.conftest import REPO
+    from tests.helpers.launch import REPO
 
     def started(*args):
         raise AssertionError("the run started without the run directory's lock")

@@ -10,7 +10,7 @@ import torch
 import torch.multiprocessing as mp
 
 from mtft.core.shards import rank_schedule, reassemble, sharded_map
-from tests.launch import free_port
+from tests.helpers.launch import free_port
 
 WORLD = 2
 

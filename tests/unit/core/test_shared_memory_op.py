@@ -8,7 +8,7 @@ import importlib
 import subprocess
 import sys
 
-from tests.conftest import REPO, clean_env
+from tests.helpers.launch import REPO, clean_env
 
 
 def test_the_op_is_not_built_and_training_collectives_are_torchs(tmp_path):

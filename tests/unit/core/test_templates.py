@@ -13,7 +13,8 @@ from mtft.config.load import load_config
 from mtft.core.errors import ConfigError
 from mtft.core.templates import TemplateError, check_template, fill_template
 from mtft.tasks.declarative import load_task_file
-from tests.conftest import BASE_CONFIG, REPO
+from tests.helpers.launch import REPO
+from tests.helpers.runs import BASE_CONFIG
 
 
 def override(key: str):

@@ -16,36 +16,8 @@ from mtft.core.errors import ConfigError, DataError
 from mtft.data.sources import load_split
 from mtft.models.tokenizer import tiny_tokenizer
 from mtft.tasks import DatasetRef, discover_tasks
-from tests.conftest import REPO
-from tests.unit.data.prepare import prepare_for
-
-XNLI_SOURCES = {
-    "facebook/xnli": str(REPO / "tasks/xnli/fixtures/xnli"),
-    "nyu-mll/multi_nli": str(REPO / "tasks/xnli/fixtures/multi_nli"),
-}
-
-
-def make_config(**data) -> object:
-    raw = {"data": {"sources": XNLI_SOURCES, **data}, "model": {"tiny": {"vocab_size": 300}}}
-    raw["data"].setdefault(
-        "tasks",
-        [
-            {
-                "name": "xnli",
-                "languages": ["en", "de"],
-                "protocol": "in_language",
-                "max_train_examples": 40,
-                "max_eval_examples": 20,
-            }
-        ],
-    )
-    return validate_config(raw, source="test")
-
-
-def tokenizer_factory(texts):
-    import os
-
-    return tiny_tokenizer(texts, 300, Path(os.environ["MTFT_CACHE"]))
+from tests.helpers.data import XNLI_SOURCES, make_config, prepare_for, tokenizer_factory
+from tests.helpers.launch import REPO
 
 
 def test_hub_layout_folder_keeps_configs_and_classlabels():

@@ -7,8 +7,7 @@ import pytest
 from mtft.core.errors import ConfigError, DataError
 from mtft.data.pipeline import DEV
 from mtft.data.selection import check_metric_for_best, select_tasks
-from tests.unit.data.prepare import prepare_for
-from tests.unit.data.test_data import make_config, tokenizer_factory
+from tests.helpers.data import make_config, prepare_for, tokenizer_factory
 
 XNLI = {"name": "xnli", "languages": ["en", "de"], "protocol": "in_language", "max_train_examples": 40}
 

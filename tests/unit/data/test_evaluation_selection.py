@@ -5,8 +5,6 @@ is required; a task's sources are the evaluated languages the run trained on, th
 from __future__ import annotations
 
 import logging
-import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -14,9 +12,7 @@ import pytest
 from mtft.core.errors import ConfigError, DataError
 from mtft.data.selection import select_tasks, trained_languages
 from mtft.evaluation.majority import majority_baselines
-from tests.unit.data.prepare import prepare_for
-from tests.unit.data.test_data import make_config, tokenizer_factory
-from tests.unit.data.test_source_languages import XNLI
+from tests.helpers.data import XNLI, make_config, prepare_for, tokenizer_factory, validation_only_copy
 
 TRAINED = {"xnli": ["en", "de"]}  # what a run of XNLI (source_languages [en, de]) trained on
 
@@ -76,18 +72,6 @@ def test_prepared_for_evaluation_nothing_is_trained_and_the_baseline_reads_the_r
     assert sorted(td.raw_train) == ["de", "en"]  # the run's training labels, both of them, for the baseline
     assert data.objective_names == ["xnli/en", "xnli/de"] and data.eval_objective == {("xnli", "en"): 0}
     assert {"xnli/en/majority_accuracy", "xnli/sw/majority_accuracy"} <= set(majority_baselines(data))
-
-
-def validation_only_copy(fixture: Path, out: Path) -> Path:
-    """A copy of the Hub-layout fixture folder ``fixture`` with its validation files only (its README's configs
-    list nothing else): evaluation-only data."""
-    readme = (fixture / "README.md").read_text()
-    (out / "README.md").parent.mkdir(parents=True, exist_ok=True)
-    (out / "README.md").write_text(re.sub(r"  - split: (?!validation\n).*\n    path: .*\n", "", readme))
-    for file in fixture.glob("*/validation.jsonl"):
-        (out / file.parent.name).mkdir()
-        shutil.copy(file, out / file.parent.name)
-    return out
 
 
 def test_evaluation_only_data_needs_no_training_split(tmp_path: Path, caplog):

@@ -10,8 +10,7 @@ from mtft.core.errors import ConfigError, DataError
 from mtft.data.leave_out import kept_order, removed_ids
 from mtft.data.pipeline import task_training_texts
 from mtft.data.sampler import MultiObjectiveSampler
-from tests.unit.data.prepare import prepare_for
-from tests.unit.data.test_data import XNLI_SOURCES, make_config, tokenizer_factory
+from tests.helpers.data import XNLI_SOURCES, make_config, prepare_for, tokenizer_factory
 
 XNLI = {"name": "xnli", "languages": ["en", "de"], "protocol": "in_language", "max_train_examples": 40}
 

@@ -47,8 +47,7 @@ def test_the_pipeline_and_prefetch_read_each_dataset_once(tmp_path, monkeypatch,
     """``prepare_data`` (a run's tasks, ``run.py evaluate``) and ``--prefetch`` load many configs and splits of one
     dataset: each reads the card once (XNLI in two languages: one module for facebook/xnli's folder)."""
     from mtft.data.prefetch import prefetch_datasets
-    from tests.unit.data.prepare import prepare_for
-    from tests.unit.data.test_data import make_config, tokenizer_factory
+    from tests.helpers.data import make_config, prepare_for, tokenizer_factory
 
     monkeypatch.setenv("MTFT_CACHE", str(tmp_path))
     config = make_config(cache_dir=str(tmp_path))

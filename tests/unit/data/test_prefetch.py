@@ -9,7 +9,7 @@ import pytest
 from mtft.config.schema import ModelSection
 from mtft.core.errors import ConfigError
 from mtft.data.prefetch import prefetch_backbone
-from tests.unit.models.tiny_bert import corpus_lines, tiny_bert, wordpiece_tokenizer
+from tests.helpers.tiny_bert import corpus_lines, tiny_bert, wordpiece_tokenizer
 
 
 def test_a_backbone_folder_is_read_as_a_run_reads_it(tmp_path):

@@ -17,18 +17,7 @@ from mtft.data.selection import check_tasks, select_tasks, selection_metric
 from mtft.evaluation.evaluate import add_macro_averages
 from mtft.reporting.report import Report, TaskTable
 from mtft.tasks.base import Task
-from tests.unit.data.prepare import prepare_for
-from tests.unit.data.test_data import make_config, tokenizer_factory
-
-LANGUAGES, SOURCES, TARGETS = ["en", "de", "ar", "zh"], ["en", "de"], ["ar", "zh"]
-XNLI = {
-    "name": "xnli",
-    "languages": LANGUAGES,
-    "source_languages": SOURCES,
-    "protocol": "in_language",
-    "max_train_examples": 30,
-    "max_eval_examples": 10,
-}
+from tests.helpers.data import LANGUAGES, SOURCES, TARGETS, XNLI, make_config, prepare_for, tokenizer_factory
 
 
 def config_with(task: dict | None = None, **evaluation):
@@ -208,7 +197,7 @@ def test_the_report_marks_each_language_and_gives_the_macros_and_the_gap(tmp_pat
 def test_the_plan_of_the_shipped_multi_source_config_checks_and_prints_its_split(capsys, monkeypatch):
     """``run.py --plan`` on configs/xtreme_multi_source.yaml, offline: Hub ids are described, never loaded."""
     from mtft.cli import main
-    from tests.conftest import REPO
+    from tests.helpers.launch import REPO
 
     monkeypatch.chdir(REPO)
     assert main(["--config", "configs/xtreme_multi_source.yaml", "--plan"]) == 0

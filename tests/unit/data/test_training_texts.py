@@ -6,7 +6,7 @@ from __future__ import annotations
 from mtft.config import validate_config
 from mtft.data.pipeline import load_task_split, task_training_texts
 from mtft.data.selection import select_tasks
-from tests.conftest import REPO
+from tests.helpers.launch import REPO
 
 SOURCES = {
     "facebook/xnli": str(REPO / "tasks/xnli/fixtures/xnli"),

@@ -17,8 +17,8 @@ from mtft.models.tokenizer import tiny_tokenizer
 from mtft.tasks import discover_tasks
 from mtft.tasks.base import Task
 from mtft.tasks.classification import ClassificationTask
-from tests.conftest import REPO
-from tests.unit.data.prepare import prepare_for
+from tests.helpers.data import prepare_for
+from tests.helpers.launch import REPO
 
 NAMES = ["a", "b"]
 

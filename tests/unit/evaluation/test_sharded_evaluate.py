@@ -16,9 +16,8 @@ from mtft.data.batching import BatchBuilder
 from mtft.evaluation.evaluate import decoded_rows, evaluate
 from mtft.models.tokenizer import tiny_tokenizer
 from mtft.training.setup import build_model
-from tests.conftest import REPO
-from tests.launch import free_port, run_ranks
-from tests.unit.data.prepare import prepare_for
+from tests.helpers.data import prepare_for
+from tests.helpers.launch import REPO, free_port, run_ranks
 
 WORLD = 2
 BATCH = 4

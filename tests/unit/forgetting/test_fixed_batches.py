@@ -11,7 +11,8 @@ from mtft.core.errors import ConfigError
 from mtft.core.labels import IGNORE_INDEX
 from mtft.forgetting.corpus import MaskedExample, MlmEvalSet
 from mtft.forgetting.monitor import check_fixed_batches
-from tests.conftest import BASE_CONFIG, REPO
+from tests.helpers.launch import REPO
+from tests.helpers.runs import BASE_CONFIG
 
 X = IGNORE_INDEX
 # per language, each text's labels (X: not masked)

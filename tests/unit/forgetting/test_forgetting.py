@@ -9,20 +9,19 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
-from transformers import AutoModel, AutoModelForMaskedLM, XLMRobertaConfig
+from transformers import AutoModelForMaskedLM
 
 from mtft.adapters.full import FullDisplacement
 from mtft.adapters.multi_lora import MultiLoraDisplacement as LoraDisplacement
 from mtft.adapters.multi_lora import inject_multi_lora, multi_lora_layers
 from mtft.adapters.options import MultiLoraOptions
-from mtft.config import validate_config
 from mtft.config.schema import ForgettingSection
 from mtft.forgetting.corpus import build_eval_set
 from mtft.forgetting.hessian import LpObjective, lanczos, power_iteration, top_eigenvalue
-from mtft.forgetting.mlm import attach_head, eager_attention, lp_per_language
+from mtft.forgetting.mlm import eager_attention, lp_per_language
 from mtft.forgetting.monitor import budget_alpha
 from mtft.forgetting.probe import gaussian_probe, init_stds
-from mtft.models.tokenizer import tiny_tokenizer
+from tests.helpers.forgetting import corpus_config, tiny_mlm
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -149,26 +148,6 @@ def test_bounds_hold_along_adam_updates_on_a_quadratic():
     assert second["prediction"] == pytest.approx(forgetting, rel=1e-9)
 
 
-# ---------------------------------------------------------------------------------------------------------
-def tiny_mlm(tmp_path, dtype=torch.float64):
-    tok = tiny_tokenizer(["alpha beta gamma delta", "epsilon zeta eta theta", "iota kappa lambda mu"] * 5, 60, tmp_path)
-    cfg = XLMRobertaConfig(
-        vocab_size=len(tok),
-        hidden_size=8,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=16,
-        max_position_embeddings=34,
-        type_vocab_size=1,
-        pad_token_id=tok.pad_token_id,
-        hidden_dropout_prob=0.1,
-        attention_probs_dropout_prob=0.1,
-    )
-    torch.manual_seed(0)
-    encoder = AutoModel.from_config(cfg, add_pooling_layer=False).to(dtype)
-    return attach_head(encoder, AutoModelForMaskedLM.from_config(cfg)), tok
-
-
 def masked_batch(tok):
     enc = tok(["alpha beta gamma", "delta epsilon zeta eta", "theta iota kappa"], padding=True, return_tensors="pt")
     labels = torch.full_like(enc["input_ids"], -100)
@@ -209,17 +188,6 @@ def test_hessian_vector_power_iteration_matches_autograd_hessian_on_a_tiny_model
     assert abs(result.value - top) / abs(top) < 1e-3, (result, top)
     # and the objective never left dropout on: two values agree exactly
     assert objective.value(point) == objective.value(point)
-
-
-def corpus_config(**corpus):
-    return validate_config(
-        {
-            "run": {"stage": "pretrain"},
-            "data": {"max_length": 32},
-            "corpus": {"languages": ["en", "de"], "max_eval_examples": 20, **corpus},
-        },
-        "test",
-    )
 
 
 def test_lp_is_identical_on_repeated_evaluations_and_leaves_the_rng_alone(tmp_path):

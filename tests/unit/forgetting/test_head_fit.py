@@ -17,8 +17,8 @@ from mtft.forgetting.corpus import build_eval_set
 from mtft.forgetting.head_fit import fitted_head
 from mtft.forgetting.mlm import attach_head, load_mlm_checkpoint, lp_per_language, split_mlm_model
 from mtft.forgetting.monitor import masked_lm_for_lp
-from tests.unit.models.test_loading import collect
-from tests.unit.models.tiny_bert import corpus_lines, tiny_bert, wordpiece_tokenizer
+from tests.helpers.models import collect
+from tests.helpers.tiny_bert import corpus_lines, tiny_bert, wordpiece_tokenizer
 
 LANGUAGES = ["en", "de"]
 

@@ -6,69 +6,14 @@ from __future__ import annotations
 
 import copy
 import time
-from types import SimpleNamespace
 
 import peft
 import pytest
 import torch
 
-from mtft.adapters.lora import inject_lora, lora_layers
-from mtft.config import validate_config
-from mtft.forgetting.corpus import build_eval_set
+from mtft.adapters.lora import lora_layers
 from mtft.forgetting.mlm import attach_head, lp_per_language
-from mtft.forgetting.monitor import ForgettingMonitor, ForgettingSetup, MonitorSettings
-from tests.unit.models.test_model import tiny_model
-
-TASKS = ["a", "b"]
-TARGETS = ["query", "value"]
-
-
-class Log:
-    def __init__(self):
-        self.events = []
-
-    def log(self, step, kind, values):
-        self.events.append((step, kind, values))
-
-
-def lora_run(tmp_path, seed: int = 0):
-    """A tiny encoder with one PEFT LoRA adapter per task (B's moved off zero, differently per task), its plain
-    copy, and the monitor of a run configured with ``lora`` and the forgetting monitors on."""
-    model, tok = tiny_model(tmp_path, num_objectives=2)
-    plain = copy.deepcopy(model.encoder)
-    torch.manual_seed(seed)  # A's initialisation
-    inject_lora(model.encoder, peft.LoraConfig(r=4, lora_alpha=8, target_modules=TARGETS), TASKS)
-    config = validate_config(
-        {
-            "model": {"adapter": {"method": "lora", "r": 4, "alpha": 8.0, "target_modules": TARGETS}},
-            "data": {"tasks": [{"name": "xnli"}], "max_length": 16, "cache_dir": str(tmp_path / "cache")},
-            "weighting": {"method": "mean"},
-            "corpus": {"languages": ["en", "de"], "max_eval_examples": 8},
-            "forgetting": {
-                "enabled": True,
-                "batch_size": 8,
-                "hessian_examples": 4,
-                "prediction_examples": 4,
-                "eigen_iterations": 10,
-            },
-        },
-        "test",
-    )
-    eval_set = build_eval_set(config.corpus, config.data, tok, ["en", "de"], 16)
-    settings = MonitorSettings(
-        config.forgetting, config.corpus, config.data, log_every=1, replicate=False, pretrained_on_corpus=False
-    )
-    setup = ForgettingSetup(settings, eval_set, config.model)
-    engine = SimpleNamespace(module=model, device=torch.device("cpu"), gradient_accumulation_steps=lambda: 1)
-    data = SimpleNamespace(tasks=dict.fromkeys(TASKS), head_tasks=lambda: list(TASKS), objective_names=["a/en", "b/en"])
-    monitor = ForgettingMonitor(setup, engine, data, True, tmp_path)
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for layer in lora_layers(model.encoder):
-            for task, scale in zip(TASKS, (0.5, 2.0)):
-                b = layer.lora_B[task].weight
-                b.copy_(scale * torch.randn(b.shape, generator=generator))
-    return model, plain, monitor
+from tests.helpers.forgetting import TARGETS, TASKS, Log, lora_run
 
 
 def task_model(encoder, plain, task):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from tests.unit.forgetting.test_lora_monitor import Log, lora_run
+from tests.helpers.forgetting import Log, lora_run
 
 
 def kinds(log: Log) -> list[tuple[int, str]]:

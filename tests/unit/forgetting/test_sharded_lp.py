@@ -12,8 +12,8 @@ import torch
 
 from mtft.forgetting.corpus import build_eval_set
 from mtft.forgetting.mlm import lp_per_language
-from tests.launch import run_ranks
-from tests.unit.forgetting.test_forgetting import corpus_config, tiny_mlm
+from tests.helpers.forgetting import corpus_config, tiny_mlm
+from tests.helpers.launch import run_ranks
 
 WORLD = 2
 BATCH = 7  # 20 held-out texts a language: 3 batches, so rank 1 runs one padding pass

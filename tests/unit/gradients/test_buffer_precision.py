@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from mtft.gradients import PerObjectiveGradients
-from tests.unit.gradients.test_sharded import OBJECTIVES, Toy, _rank_batch
+from tests.helpers.sharded import OBJECTIVES, Toy, _rank_batch
 
 
 def collected(dtype: torch.dtype) -> tuple[Toy, PerObjectiveGradients]:

@@ -11,8 +11,8 @@ from mtft.gradients import PerObjectiveGradients, per_objective, reference_objec
 from mtft.training.gradient_store import gradient_store
 from mtft.training.gram_step import GramWeightedStep, StepOptions
 from mtft.weighting import LFMLF, MeanWeighting
-from tests.unit.gradients.test_gradients import MIXED, FakeEngine, FixedGramWeighting, make_batch
-from tests.unit.models.test_model import tiny_model
+from tests.helpers.gradients import MIXED, FakeEngine, FixedGramWeighting, FixedMetric, SGDEngine, make_batch
+from tests.helpers.models import tiny_model
 
 
 def toy_collector(gradients: list[list[float]]) -> tuple[PerObjectiveGradients, torch.nn.Parameter]:
@@ -94,31 +94,6 @@ def test_metric_gram_of_a_real_model_in_chunks(tmp_path, monkeypatch):
         flat_p = torch.cat([metric[p].reshape(-1) for p in subset])
         expected = (flat_g * flat_p) @ flat_g.t()
         torch.testing.assert_close(collector.gram(subset, metric=metric), expected, rtol=1e-10, atol=1e-12)
-
-
-class FixedMetric:
-    """An AdamWPreconditioner stand-in: the same diagonal every step."""
-
-    def __init__(self, diagonal):
-        self._diagonal = diagonal
-
-    def diagonal(self, params):
-        return {p: self._diagonal[p] for p in params}
-
-
-class SGDEngine(FakeEngine):
-    """θ ← θ − lr·∇: the update applied is −lr·Σ_t w_t g_t exactly."""
-
-    def __init__(self, module, lr):
-        super().__init__(module)
-        self.lr = lr
-
-    @torch.no_grad()
-    def step(self):
-        for p in self.module.parameters():
-            if p.grad is not None:
-                p -= self.lr * p.grad
-                p.grad = None
 
 
 def test_the_step_hands_the_weighting_the_metric_gram(tmp_path):

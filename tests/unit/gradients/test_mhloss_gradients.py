@@ -9,8 +9,8 @@ from torch import nn
 from mtft.core.rows import labelled_rows
 from mtft.gradients import PerObjectiveGradients, reference_objective_gradients
 from mtft.models.multihead import MultiLinear, multi_linear
-from tests.unit.gradients.test_gradients import MIXED, hooked_gradients, make_batch
-from tests.unit.models.test_model import tiny_model
+from tests.helpers.gradients import MIXED, hooked_gradients, make_batch
+from tests.helpers.models import tiny_model
 
 
 @pytest.mark.parametrize("sort_rows", [False, True])

@@ -18,11 +18,8 @@ from mtft.gradients import PerObjectiveGradients, reference_objective_gradients
 from mtft.training.gradient_store import gradient_store
 from mtft.training.gram_step import GramWeightedStep
 from mtft.training.setup import shared_parameters
-from tests.unit.gradients.test_gradients import MIXED, FakeEngine, FixedGramWeighting, hooked_gradients, make_batch
-from tests.unit.models.test_model import tiny_model
-
-# objective 0 spans both tasks (as with weighting.objectives: language); 1 and 2 are task 0's
-SPANNING = dict(objectives=[0, 0, 1, 1, 0, 2, 1, 0], heads=[0, 1, 0, 0, 1, 0, 0, 1], labels=[1, 2, 0, 1, 0, 1, 1, 2])
+from tests.helpers.gradients import MIXED, SPANNING, FakeEngine, FixedGramWeighting, hooked_gradients, make_batch
+from tests.helpers.models import tiny_model
 
 
 def adapted(tmp_path, route_by="task", slots=2):

@@ -9,7 +9,7 @@ from torch import nn
 
 from mtft.core.rows import labelled_rows
 from mtft.gradients import PerObjectiveGradients, reference_objective_gradients
-from tests.unit.gradients.test_gradients import hooked_gradients
+from tests.helpers.gradients import hooked_gradients
 
 
 class Gate(nn.Module):

@@ -8,52 +8,13 @@ import os
 
 import pytest
 import torch
-from torch import nn
 
-from mtft.core.rows import labelled_rows
 from mtft.gradients import LayerwiseGradients, PerObjectiveGradients, ShardedGradients
-from tests.launch import free_port, run_ranks
+from tests.helpers.launch import free_port, run_ranks
+from tests.helpers.sharded import OBJECTIVES, Toy, _rank_batch
 
-OBJECTIVES = 4  # the last is absent from every rank's rows: its shard stays zero
 WORLD = 2
 MICRO_BATCHES = 2
-
-
-class Toy(nn.Module):
-    """Every kind of buffer: a row-sparse embedding (with a padding row), dense LayerNorm and Linear parameters in
-    odd sizes (layers split unevenly over the ranks), a layer whose output the loss ignores (as a pooler no head
-    reads), and a second head that runs only when objective 2 has rows -- on some ranks and micro-batches only."""
-
-    def __init__(self):
-        super().__init__()
-        self.embedding = nn.Embedding(37, 5, padding_idx=0)
-        self.norm = nn.LayerNorm(5)
-        self.hidden = nn.Linear(5, 7)
-        self.unused = nn.Linear(5, 3)
-        self.out = nn.Linear(7, 3)
-        self.other = nn.Linear(7, 3)
-
-    def forward(self, ids: torch.Tensor, objective: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        with labelled_rows(objective=objective):
-            h = self.norm(self.embedding(ids)).mean(1)
-            self.unused(h)
-            features = torch.tanh(self.hidden(h))
-            logits = self.out(features)
-            second = objective == 2
-            if second.any():
-                with labelled_rows(objective=objective[second]):
-                    logits = logits.index_put((second,), self.other(features[second]), accumulate=True)
-        losses = nn.functional.cross_entropy(logits, labels, reduction="none")
-        return torch.zeros(OBJECTIVES).index_add(0, objective, losses)
-
-
-def _rank_batch(rank: int, micro: int) -> tuple[torch.Tensor, ...]:
-    generator = torch.Generator().manual_seed(100 + 10 * rank + micro)
-    rows = 6 + 3 * rank  # unequal ranks
-    ids = torch.randint(0, min(20 + 10 * rank, 37), (rows, 4), generator=generator)  # rank 1: rows rank 0 not
-    high = 2 if (rank, micro) == (0, 0) else OBJECTIVES - 1  # objective 2 (the second head) absent there
-    objective = torch.randint(0, high, (rows,), generator=generator).sort().values
-    return ids, objective, torch.randint(0, 3, (rows,), generator=generator)
 
 
 def _worker(rank: int, port: int) -> None:

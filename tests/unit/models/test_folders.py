@@ -15,7 +15,7 @@ from mtft.core.errors import CheckpointError, ConfigError
 from mtft.models.backbone import _pretrained
 from mtft.models.folders import folder_config, folder_tokenizer, read_json
 from mtft.models.tokenizer import load_backbone_tokenizer
-from tests.unit.models.tiny_bert import corpus_lines, tiny_bert, wordpiece_tokenizer
+from tests.helpers.tiny_bert import corpus_lines, tiny_bert, wordpiece_tokenizer
 
 EVIL = "import pathlib\npathlib.Path(__file__).with_name('CODE_RAN').write_text('ran')\n"
 

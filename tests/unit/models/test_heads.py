@@ -12,7 +12,7 @@ from mtft.models.multitask import MultiTaskModel
 from mtft.models.qa_head import QuestionAnsweringHead
 from mtft.models.token_head import TokenClassificationHead
 from mtft.tasks.kinds import build_head
-from tests.unit.models.test_model import tiny_model
+from tests.helpers.models import tiny_model
 
 
 def builder_for(kinds: list[str], pad_id: int = 1) -> BatchBuilder:

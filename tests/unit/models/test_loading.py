@@ -14,21 +14,8 @@ from mtft.config.schema import ModelSection
 from mtft.forgetting.mlm import load_mlm_checkpoint, split_mlm_model
 from mtft.models.backbone import build_encoder
 from mtft.models.loading import modules
-from tests.unit.models.tiny_bert import corpus_lines, tiny_bert, wordpiece_tokenizer
-
-
-def collect(name: str):
-    """The records of logger ``name`` (mtft's and transformers' loggers do not propagate to the root's)."""
-    records: list[logging.LogRecord] = []
-    handler = logging.Handler()
-    handler.emit = records.append
-    log = logging.getLogger(name)
-    previous = log.level
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
-    yield records
-    log.removeHandler(handler)
-    log.setLevel(previous)
+from tests.helpers.models import collect
+from tests.helpers.tiny_bert import corpus_lines, tiny_bert, wordpiece_tokenizer
 
 
 @pytest.fixture

@@ -11,20 +11,14 @@ import pytest
 import torch
 
 from mtft.core.labels import IGNORE_INDEX
+from mtft.gradients import reference_objective_gradients
 from mtft.models.heads import SequenceClassificationHead
 from mtft.models.mmr import margin_regulariser
 from mtft.models.regression_head import RegressionHead
 from mtft.training.step import LossWeightedStep
 from mtft.weighting.mean import MeanWeighting
-from tests.unit.gradients.test_gradients import (
-    MIXED,
-    FakeEngine,
-    gram_step_against_weighted_loss,
-    hooked_gradients,
-    make_batch,
-    reference_objective_gradients,
-)
-from tests.unit.models.test_model import batch, tiny_model
+from tests.helpers.gradients import MIXED, FakeEngine, gram_step_against_weighted_loss, hooked_gradients, make_batch
+from tests.helpers.models import batch, tiny_model
 
 
 def paper_formula(features: list[list[float]], y: list[int]) -> float:

@@ -7,39 +7,9 @@ import sys
 
 import torch
 
-from mtft.config.schema import ModelSection
-from mtft.models.backbone import build_encoder
 from mtft.models.heads import SequenceClassificationHead
-from mtft.models.multitask import MultiTaskModel
-from mtft.models.tokenizer import tiny_tokenizer
-from tests.conftest import clean_env
-
-
-def tiny_model(tmp_path, num_objectives=3):
-    tok = tiny_tokenizer(["alpha beta gamma delta", "epsilon zeta eta theta"] * 10, 100, tmp_path)
-    encoder = build_encoder(ModelSection(dropout=0.0), tok, max_length=16, init_seed=0)
-    heads = {
-        "a": SequenceClassificationHead(64, ["x", "y"], 0.0),
-        "b": SequenceClassificationHead(64, ["p", "q", "r"], 0.0),
-    }
-    return MultiTaskModel(encoder, heads, num_objectives), tok
-
-
-def batch(tok, heads, objectives, labels):
-    enc = tok(
-        ["alpha beta", "gamma delta epsilon", "zeta", "eta theta alpha"][: len(heads)],
-        padding=True,
-        truncation=True,
-        max_length=16,
-        return_tensors="pt",
-    )
-    return dict(
-        input_ids=enc["input_ids"],
-        attention_mask=enc["attention_mask"],
-        labels=torch.tensor(labels),
-        head_index=torch.tensor(heads),
-        objective_index=torch.tensor(objectives),
-    )
+from tests.helpers.launch import clean_env
+from tests.helpers.models import batch, tiny_model
 
 
 def test_tiny_encoder_shape_and_no_pooler(tmp_path):

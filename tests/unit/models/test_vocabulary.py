@@ -16,7 +16,7 @@ from mtft.fixtures.real_world.parallel import parallel_sentences
 from mtft.models.named_backbones import local_backbone
 from mtft.models.tokenizer import tiny_tokenizer
 from mtft.models.vocabulary import MAP_FILE, check_reducible, kept_ids, write_reduced_backbone
-from tests.unit.models.tiny_bert import corpus_lines, tiny_bert, wordpiece_tokenizer
+from tests.helpers.tiny_bert import corpus_lines, tiny_bert, wordpiece_tokenizer
 
 TEXTS = [s for language in ("en", "de", "ru", "ar", "zh", "th", "hi") for s in parallel_sentences()[language][:20]]
 HELD_OUT = [s for language in ("en", "de", "ru", "ar", "zh", "th", "hi") for s in parallel_sentences()[language][40:]]

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from mtft.pareto import Certificate, cvxpy_floored_problem, floored_vertex_gram, solve_min_norm
-from tests.unit.pareto.test_pareto import FAMILIES
+from tests.helpers.pareto import FAMILIES
 
 FLOORS = (0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99)
 

@@ -10,28 +10,7 @@ import pytest
 from scipy import stats
 
 from mtft.study.aggregate import aggregate, expand_metrics, family, is_per_objective, objective, run_record
-
-AXES = ["variant", "training.optimizer.lr"]
-CELLS = [f"{v}_lr-{lr}" for v in ("mean", "mgda") for lr in (0.001, 0.01)]
-
-
-def grid_records(seeds=(0, 1, 2, 3), rng_seed=0) -> list[dict]:
-    """A 2 × 2 grid (variant × lr), every run complete with random metrics."""
-    rng = np.random.default_rng(rng_seed)
-    records = []
-    for variant in ("mean", "mgda"):
-        for lr in (0.001, 0.01):
-            for seed in seeds:
-                metrics = {
-                    "xnli/accuracy": float(rng.uniform(0.6, 0.9)),
-                    "xnli/en/accuracy": float(rng.uniform(0.7, 0.95)),
-                    "xnli/ar/accuracy": float(rng.uniform(0.5, 0.8)),
-                    "F_p_final": float(rng.uniform(0, 2)),
-                    "wall_s": float(rng.uniform(50, 100)),
-                }
-                axes = {"variant": variant, "training.optimizer.lr": lr}
-                records.append(run_record(f"{variant}_lr-{lr}", axes, seed, metrics=metrics))
-    return records
+from tests.helpers.study import AXES, CELLS, grid_records
 
 
 def test_per_cell_statistics_equal_numpy_over_the_seeds():

@@ -14,8 +14,7 @@ from mtft.core.errors import ConfigError
 from mtft.study.aggregate import aggregate, run_record
 from mtft.study.failure import baseline_of, expand_failure_metrics, failure_rate
 from mtft.study.report import results_csv, write_results
-
-from .test_plan import plan, write_study
+from tests.helpers.study import plan, write_study
 
 
 def runs(values: list, baselines: list, statuses=None) -> list[dict]:

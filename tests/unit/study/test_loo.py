@@ -23,8 +23,8 @@ from mtft.study import loo
 from mtft.study.plan import plan_runs
 from mtft.study.spec import load_study
 from mtft.tasks.kinds import build_head
-from tests.unit.data.test_data import make_config
-from tests.unit.study.test_plan import write_study
+from tests.helpers.data import make_config
+from tests.helpers.study import write_study
 
 HEADS = {"xnli": {"kind": "sequence_classification", "label_names": ["entailment", "neutral", "contradiction"]}}
 

@@ -2,37 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import yaml
 
 from mtft.core.errors import ConfigError
 from mtft.fixtures.minilm import minilm_folder
-from mtft.study.plan import expand_cells, plan_runs
-from mtft.study.spec import load_study
+from mtft.study.plan import expand_cells
 from mtft.study.state import check_run_configs, open_study_dir, write_run_configs
-
-REPO = Path(__file__).resolve().parents[3]
-
-
-def write_study(tmp_path: Path, **fields) -> Path:
-    study = {
-        "name": "s",
-        "base": str(REPO / "configs" / "demo.yaml"),
-        "grid": {"training.optimizer.lr": [0.001, 0.01]},
-        "seeds": [0, 1],
-        "output_dir": str(tmp_path / "study"),
-        **fields,
-    }
-    path = tmp_path / "study.yaml"
-    path.write_text(yaml.safe_dump(study, sort_keys=False), encoding="utf-8")
-    return path
-
-
-def plan(path: Path, *overrides: str):
-    spec, base = load_study(path, overrides)
-    return spec, plan_runs(spec, base, path)
+from tests.helpers.study import REPO, plan, write_study
 
 
 def test_grid_times_variants_times_seeds(tmp_path):

@@ -13,8 +13,7 @@ from mtft.study import plots
 from mtft.study.aggregate import aggregate, run_record
 from mtft.study.plots import axis_scale
 from mtft.study.report import write_results
-
-from .test_aggregate import AXES, CELLS, grid_records
+from tests.helpers.study import AXES, CELLS, grid_records
 
 SAFE = re.compile(r"[A-Za-z0-9_.-]+\.png")
 

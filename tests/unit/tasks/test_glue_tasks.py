@@ -21,8 +21,8 @@ from mtft.models.tokenizer import tiny_tokenizer
 from mtft.tasks import DatasetRef, discover_tasks
 from mtft.tasks.hidden import HIDDEN_ENCODED, HiddenLabelsError
 from mtft.training.setup import build_model, heads_metadata
-from tests.conftest import REPO
-from tests.unit.data.prepare import prepare_for
+from tests.helpers.data import prepare_for
+from tests.helpers.launch import REPO
 
 SOURCES = {
     "nyu-mll/glue": str(REPO / "tasks/glue/fixtures/glue"),

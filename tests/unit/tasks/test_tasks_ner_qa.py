@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import re
-import shutil
 from pathlib import Path
 
 import datasets
@@ -21,12 +20,9 @@ from mtft.fixtures import wikiann as wikiann_fixture
 from mtft.models.tokenizer import tiny_tokenizer
 from mtft.tasks import discover_tasks
 from mtft.tasks.extractive_qa import NOT_CONTEXT, answer_span, best_spans
-from tests.conftest import REPO
+from tests.helpers.launch import REPO
+from tests.helpers.tasks import SOURCES, write_tydiqa_copy
 
-SOURCES = {
-    "unimelb-nlp/wikiann": str(REPO / "tasks/wikiann/fixtures/wikiann"),
-    "google-research-datasets/tydiqa": str(REPO / "tasks/tydiqa/fixtures/tydiqa"),
-}
 TASKS = discover_tasks()
 
 
@@ -220,16 +216,6 @@ def test_squad_v11_rules_max_over_gold_answers():
     assert "SQuAD v1.1" in task.metric_description()
 
 
-def write_tydiqa_copy(tmp_path: Path, mutate) -> Path:
-    folder = tmp_path / "tydiqa"
-    shutil.copytree(SOURCES["google-research-datasets/tydiqa"], folder)
-    path = folder / "secondary_task/validation.jsonl"
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
-    mutate([r for r in rows if r["id"].startswith("english-")])
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
-    return folder
-
-
 def test_mismatched_answer_offsets_are_counted_and_dropped_or_fatal(tmp_path, caplog):
     def shift_two(rows):
         rows[3]["answers"]["answer_start"][0] += 1
@@ -351,7 +337,7 @@ def test_shipped_configs_name_valid_tasks_languages_and_settings(path, monkeypat
 
 def test_duplicate_example_ids_stop_a_run_before_training(tmp_path):
     from mtft.config import validate_config
-    from tests.unit.data.prepare import prepare_for
+    from tests.helpers.data import prepare_for
 
     def duplicate(rows):
         rows[5]["id"] = rows[2]["id"]

@@ -11,7 +11,7 @@ import pytest
 
 from mtft.config.load import load_config
 from mtft.core.errors import ConfigError
-from tests.conftest import REPO, clean_env, run_process
+from tests.helpers.launch import REPO, clean_env, run_process
 
 BETAS, EPS, STEPS = (0.8, 0.9), 1e-3, 3
 SHAPES = {"weight": (2, 3), "bias": (2,)}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mtft.config import load_config
 from mtft.training.pretrain import prelude_key
-from tests.conftest import REPO
+from tests.helpers.launch import REPO
 
 DEMO = REPO / "configs" / "demo.yaml"
 

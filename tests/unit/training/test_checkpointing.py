@@ -13,8 +13,8 @@ from mtft.training.gradient_store import gradient_store
 from mtft.training.gram_step import GramWeightedStep
 from mtft.training.step import LossWeightedStep
 from mtft.weighting import MeanWeighting
-from tests.unit.gradients.test_gradients import MIXED, FakeEngine, make_batch
-from tests.unit.training.test_layerwise import MODELS, ONE_HEAD, Fixed
+from tests.helpers.gradients import MIXED, FakeEngine, make_batch
+from tests.helpers.layerwise import MODELS, ONE_HEAD, Fixed
 
 
 def halves(rows):

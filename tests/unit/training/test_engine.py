@@ -8,7 +8,7 @@ from __future__ import annotations
 from mtft.config import load_config
 from mtft.config.schema import WeightingSection
 from mtft.training.engine import deepspeed_config, finetuning_engine, masked_lm_engine
-from tests.conftest import REPO
+from tests.helpers.launch import REPO
 
 OVERRIDES = [
     "weighting.method=lfmlf",

@@ -9,45 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from mtft.adapters.multi_lora import inject_multi_lora, multi_lora_layers
-from mtft.adapters.options import MultiLoraOptions
 from mtft.core.errors import ConfigError
 from mtft.gradients import LayerwiseGradients, PerObjectiveGradients
 from mtft.gradients.layerwise import CHUNK_OBJECTIVES, MIN_CHUNK_BYTES
 from mtft.training.gradient_store import gradient_store
 from mtft.training.gram_step import GramWeightedStep, StepOptions
 from mtft.weighting import build_weighting
-from tests.unit.gradients.test_gradients import MIXED, FakeEngine, lora_model, make_batch
-from tests.unit.gradients.test_metric_gram import FixedMetric, SGDEngine
-from tests.unit.gradients.test_multi_lora_gradients import SPANNING
-from tests.unit.models.test_model import tiny_model
+from tests.helpers.gradients import MIXED, SPANNING, FakeEngine, FixedMetric, SGDEngine, make_batch
+from tests.helpers.layerwise import MODELS, ONE_HEAD, Fixed, full
 
-
-def full(tmp_path):
-    return tiny_model(tmp_path)
-
-
-def multi_lora(tmp_path):
-    model, tok = tiny_model(tmp_path)
-    inject_multi_lora(model.encoder, MultiLoraOptions(r=4, target_modules=["query", "value", "output.dense"]), 2, 3)
-    for layer in multi_lora_layers(model):
-        torch.nn.init.normal_(layer.lora_B.weight, std=0.2)
-    return model, tok
-
-
-def mhloss(tmp_path):
-    model, tok = tiny_model(tmp_path)
-    torch.manual_seed(0)
-    for head in model.heads.values():  # each task's classifier as three heads (MHLoss)
-        head.use_heads(3)
-    return model, tok
-
-
-MODELS = {"full": full, "lora": lora_model, "multi_lora": multi_lora, "mhloss": mhloss}
-
-# rows of 3 objectives, mixed and padded; SPANNING: objective 0 has rows of both tasks; ONE_HEAD: every row is the
-# first task's, so the second task's head runs on no rows (a step of a multi-task run that drew none of its rows)
-ONE_HEAD = dict(objectives=[2, 0, 1, 1, 0, 2, 1, 0], heads=[0] * 8, labels=[1, 0, 0, 1, 0, 1, 1, 0])
 ROWS = {"mixed": MIXED, "spanning": SPANNING, "one_head": ONE_HEAD}
 
 
@@ -59,20 +29,6 @@ def steps(model, bufferless: bool, weights, engine=None, **options):
     check = options.get("descent_check", False)
     store = gradient_store(engine, 3, 1, params, buffers=buffers, update=update, descent_check=check)
     return GramWeightedStep(store, weighting, StepOptions(**options)), weighting, params
-
-
-class Fixed(build_weighting("mean").__class__):
-    """Fixed weights, and what the step handed over."""
-
-    name, needs_gram = "fixed_for_tests", True
-
-    def __init__(self, weights):
-        super().__init__()
-        self.weights, self.seen = weights, None
-
-    def weigh(self, losses, gram):
-        self.seen = gram
-        return np.asarray(self.weights, dtype=np.float64)
 
 
 def run_both(make, tmp_path, micro_batches, weights=(0.5, 0.2, 0.3), chunked=False, second_backward=False, **options):

@@ -16,8 +16,8 @@ from mtft.core.errors import ConfigError
 from mtft.models.mixout import MixoutLinear
 from mtft.models.tokenizer import tiny_tokenizer
 from mtft.training.setup import build_model
-from tests.conftest import REPO
-from tests.unit.data.prepare import prepare_for
+from tests.helpers.data import prepare_for
+from tests.helpers.launch import REPO
 
 SOURCES = {"nyu-mll/glue": str(REPO / "tasks/glue/fixtures/glue")}
 

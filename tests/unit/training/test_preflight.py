@@ -10,7 +10,7 @@ from mtft.config import validate_config
 from mtft.core.errors import ConfigError, DataError
 from mtft.models.backbone import check_backbone
 from mtft.training import pretrain, trainer
-from tests.conftest import REPO
+from tests.helpers.launch import REPO
 
 SOURCES = {"facebook/xnli": str(REPO / "tasks/xnli/fixtures/xnli")}
 

@@ -10,7 +10,7 @@ from mtft.config import load_config
 from mtft.config.load import config_to_yaml
 from mtft.core.errors import ConfigError
 from mtft.training.setup import check_output_dir
-from tests.conftest import REPO
+from tests.helpers.launch import REPO
 
 
 def interrupted_run(tmp_path, edit) -> object:

@@ -14,7 +14,7 @@ from mtft.core.distributed import ProcessInfo
 from mtft.training.pretrain import prelude_key
 from mtft.training.stage_cache import from_cache_or_fill, stage_key
 from mtft.training.surt import surt_key
-from tests.conftest import REPO
+from tests.helpers.launch import REPO
 
 DEMO = REPO / "configs" / "demo.yaml"
 ZERO = {stage: f"training.deepspeed_config={REPO / f'configs/deepspeed/zero{stage}.json'}" for stage in (0, 1, 2, 3)}

@@ -15,7 +15,7 @@ from mtft.runs import read_run_config
 from mtft.training.rundir import create_run_dir
 from mtft.training.setup import check_output_dir
 from mtft.training.standalone import absolute_paths, task_copies
-from tests.conftest import REPO
+from tests.helpers.launch import REPO
 
 TASK = """task: topic
 head: sequence_classification

@@ -9,7 +9,7 @@ from mtft.config import validate_config
 from mtft.core.distributed import ProcessInfo
 from mtft.core.errors import ConfigError
 from mtft.training.pretrain import Pretraining
-from tests.unit.models.tiny_bert import corpus_lines, tiny_bert, wordpiece_tokenizer
+from tests.helpers.tiny_bert import corpus_lines, tiny_bert, wordpiece_tokenizer
 
 TEXTS = ["the cat sat on the mat and looked at the dog"] * 40
 

@@ -19,10 +19,10 @@ import torch
 from mtft.training.gradient_store import gradient_store
 from mtft.training.gram_step import GramWeightedStep
 from mtft.weighting.lfmlf import LFMLF
-from tests.launch import free_port, run_ranks
-from tests.unit.gradients.test_gradients import MIXED, FakeEngine, make_batch
-from tests.unit.training.test_layerwise import multi_lora
-from tests.unit.training.test_zero3_step import as_partitioned
+from tests.helpers.gradients import MIXED, FakeEngine, make_batch
+from tests.helpers.launch import free_port, run_ranks
+from tests.helpers.layerwise import multi_lora
+from tests.helpers.sharded import as_partitioned
 
 WORLD = 2
 # the global batch: 8 rows of 3 objectives over two tasks; rank r holds rows 4r..4r+3, padded to its own longest

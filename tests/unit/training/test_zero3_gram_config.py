@@ -9,7 +9,7 @@ import pytest
 from mtft.config import load_config
 from mtft.core.errors import ConfigError
 from mtft.training.engine import deepspeed_config
-from tests.conftest import REPO
+from tests.helpers.launch import REPO
 
 ZERO3 = "training.deepspeed_config=configs/deepspeed/zero3.json"
 

@@ -14,19 +14,9 @@ import torch
 
 from mtft.training.gradient_store import gradient_store
 from mtft.training.gram_step import GramWeightedStep, StepOptions
-from tests.unit.gradients.test_gradients import MIXED, FakeEngine, FixedGramWeighting, make_batch
-from tests.unit.models.test_model import tiny_model
-
-
-def as_partitioned(model: torch.nn.Module) -> dict[torch.nn.Parameter, torch.Tensor]:
-    """Mark every parameter as ZeRO-3 marks it and empty its data, as a partitioned parameter's is between passes;
-    returns the data to put back."""
-    data = {}
-    for i, p in enumerate(model.parameters()):
-        p.ds_id, p.ds_shape, p.ds_numel = i, p.shape, p.numel()
-        data[p] = p.data
-        p.data = torch.empty(0, dtype=p.dtype)
-    return data
+from tests.helpers.gradients import MIXED, FakeEngine, FixedGramWeighting, make_batch
+from tests.helpers.models import tiny_model
+from tests.helpers.sharded import as_partitioned
 
 
 @pytest.mark.parametrize("bufferless", [False, True], ids=["buffered", "bufferless"])

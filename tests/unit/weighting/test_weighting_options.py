@@ -10,7 +10,7 @@ import pytest
 from mtft.config import load_config
 from mtft.core.errors import ConfigError
 from mtft.weighting import WEIGHTINGS, weighting_options
-from tests.conftest import REPO
+from tests.helpers.launch import REPO
 
 
 def _load(monkeypatch, config: str, *overrides: str):

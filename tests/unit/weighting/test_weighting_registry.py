@@ -13,7 +13,7 @@ import mtft.weighting as weighting
 from mtft.config import load_config
 from mtft.core.errors import ConfigError
 from mtft.weighting import LFMLF, WEIGHTINGS, Weighting, build_weighting, register_weighting, weighting_class
-from tests.conftest import REPO
+from tests.helpers.launch import REPO
 
 MODULE = "mtft_test_user_weightings"  # written into tmp_path by the fixture
 USER_CODE = '''

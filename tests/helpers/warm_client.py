@@ -43,9 +43,9 @@ def command_line(request: dict) -> str:
 
 class Handover:
     """One run handed to the warm server -- the protocol both of its clients speak (this script, and the test
-    process's ``WarmPython.run`` in tests/launch.py): the three standard streams as file descriptors (SCM_RIGHTS)
-    with one byte, the request as a JSON line; the server answers the run's pid in a JSON line, then its status (the
-    exit code, or minus the signal that killed it) once it has ended."""
+    process's ``WarmPython.run`` in tests/helpers/launch.py): the three standard streams as file descriptors
+    (SCM_RIGHTS) with one byte, the request as a JSON line; the server answers the run's pid in a JSON line, then
+    its status (the exit code, or minus the signal that killed it) once it has ended."""
 
     def __init__(self, server: str, request: dict, streams: list) -> None:
         self.request = request

@@ -14,7 +14,7 @@ when imported is the server's environment: the test session's (tests/conftest.py
 cache variables and Hub offline mode), which every launch inherits anyway. ``MTFT_TESTS_COLD=1`` makes every launch a
 fresh interpreter instead (tests/conftest.py), for a test whose failure one suspects of the warm start.
 
-Launches come from two clients: the test process (tests/launch.py ``WarmPython``) and ``warm_client.py``, which
+Launches come from two clients: the test process (tests/helpers/launch.py ``WarmPython``) and ``warm_client.py``, which
 a launched run's own launches of ``sys.executable`` reach: in a forked child ``sys.executable`` is a small
 executable (written by :func:`write_client`) that hands its command to this server, so torchrun's ranks and a
 study's runs are forked warm too, each in its turn a fresh process as above.
@@ -26,7 +26,7 @@ minus the signal that ended it, as ``subprocess`` reports it) when it has ended.
 (killed, say, by torchrun tearing its ranks down, or by a test's timeout) takes its child with it: the child's
 process group is killed.
 
-    python tests/e2e/helpers/warm_python.py SOCKET_PATH CLIENT_PATH
+    python tests/helpers/warm_python.py SOCKET_PATH CLIENT_PATH
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Run ``run.py`` and send this process a signal in the middle of a training step, as ``kill`` or Ctrl-C would.
 
-    python tests/e2e/helpers/signal_during_run.py SIGTERM 3 --config ...   # while drawing step 3's batch
+    python tests/helpers/signal_during_run.py SIGTERM 3 --config ...   # while drawing step 3's batch
 
 The signal goes through the operating system (``os.kill``) to the real process; the batch draw is only the
 deterministic moment to send it.
@@ -12,7 +12,7 @@ import signal
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from mtft.data.batching import BatchBuilder  # noqa: E402
 
 name, at_batch = sys.argv[1], int(sys.argv[2])

@@ -10,7 +10,7 @@ from tokenizers import BertWordPieceTokenizer
 from transformers import BertConfig, BertForMaskedLM, BertModel, BertTokenizerFast
 
 from mtft.fixtures import GENERIC_TEXT
-from tests.conftest import REPO
+from tests.helpers.launch import REPO
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 

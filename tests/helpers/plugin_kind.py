@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.conftest import xnli_task_spec
+from tests.helpers.runs import xnli_task_spec
 
 KIND_MODULE = '''
 from dataclasses import dataclass

@@ -1,7 +1,7 @@
 """How the tests launch ``run.py`` and other commands, and share the machine while they do.
 
 - :func:`run_cli` / :func:`run_script`: ``python SCRIPT ARGS``, forked from the test process's warm Python
-  (:class:`WarmPython`, tests/e2e/helpers/warm_python.py) or, with ``MTFT_TESTS_COLD=1``, a fresh interpreter;
+  (:class:`WarmPython`, tests/helpers/warm_python.py) or, with ``MTFT_TESTS_COLD=1``, a fresh interpreter;
 - :func:`run_torchrun`: ``torchrun --nproc_per_node N run.py ARGS``;
 - :func:`run_process`: any command, killed with every process below it on a timeout.
 
@@ -24,9 +24,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.e2e.helpers.warm_client import Handover
+from tests.helpers.warm_client import Handover
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 _DISTRIBUTED_VARS = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
 
 #: threads of a single-process launch: this machine's cores shared among the test processes (pytest-xdist)
@@ -178,7 +178,7 @@ def run_launcher(module: str, *args: str, timeout: float = 600) -> subprocess.Co
     """``python -m MODULE ARGS`` for a launcher of several processes (torchrun's ``torch.distributed.run``,
     DeepSpeed's ``deepspeed.launcher.runner``), one thread per process, waiting for the session's other
     multi-process launches; a timeout kills every process it started. The launcher is forked from the warm Python,
-    and so are the processes it starts with ``sys.executable`` (tests/e2e/helpers/warm_client.py)."""
+    and so are the processes it starts with ``sys.executable`` (tests/helpers/warm_client.py)."""
     environment = clean_env(OMP_NUM_THREADS="1")
     with MULTIPROCESS.hold():
         if WARM.folder is None:
@@ -198,7 +198,7 @@ def log_launch(script: str, argv: list[str], seconds: float) -> None:
 
 # ----- the warm Python --------------------------------------------------------------------------------------
 class WarmPython:
-    """The test process's warm Python (tests/e2e/helpers/warm_python.py, where why it is sound is said): a server
+    """The test process's warm Python (tests/helpers/warm_python.py, where why it is sound is said): a server
     that has imported the heavy libraries once and forks a fresh ``python SCRIPT ARGS`` per launch, saving the ~3 s
     of imports that most of a short run's time is. Started at its first launch (a session of unit tests never
     starts it), in :attr:`folder` (set by tests/conftest.py; ``None``: launches are fresh interpreters)."""
@@ -212,7 +212,7 @@ class WarmPython:
         assert self.folder is not None
         with open(self.folder / "server.log", "w") as log:
             self.server = subprocess.Popen(
-                [sys.executable, str(REPO / "tests/e2e/helpers/warm_python.py"), *self.paths()],
+                [sys.executable, str(REPO / "tests/helpers/warm_python.py"), *self.paths()],
                 cwd=REPO,
                 env=clean_env(OMP_NUM_THREADS="1"),
                 stdout=subprocess.PIPE,
@@ -225,7 +225,7 @@ class WarmPython:
             raise RuntimeError(f"the warm Python did not start: {(self.folder / 'server.log').read_text()[-3000:]}")
 
     def paths(self) -> tuple[str, str]:
-        """The server's socket, and the ``sys.executable`` its launches see (tests/e2e/helpers/warm_client.py)."""
+        """The server's socket, and the ``sys.executable`` its launches see (tests/helpers/warm_client.py)."""
         assert self.folder is not None
         return str(self.folder / "warm.sock"), str(self.folder / "python")
 

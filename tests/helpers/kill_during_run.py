@@ -1,7 +1,7 @@
 """Run ``run.py`` but SIGKILL the process at a chosen point of checkpointing, as a crash would.
 
-python tests/e2e/helpers/kill_during_run.py after 20 --config ...    # right after checkpoint 20 is complete
-python tests/e2e/helpers/kill_during_run.py during 20 --config ...   # while writing checkpoint 20
+python tests/helpers/kill_during_run.py after 20 --config ...    # right after checkpoint 20 is complete
+python tests/helpers/kill_during_run.py during 20 --config ...   # while writing checkpoint 20
 """
 
 import os
@@ -10,7 +10,7 @@ import signal
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from mtft.training import checkpoint  # noqa: E402
 
 mode, kill_step = sys.argv[1], int(sys.argv[2])
