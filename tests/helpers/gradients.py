@@ -13,7 +13,7 @@ from mtft.pareto import SolverInputError
 from mtft.training.gradient_store import gradient_store
 from mtft.training.gram_step import GramWeightedStep
 from mtft.weighting import Weighting
-from tests.helpers.models import tiny_model
+from tests.helpers.models import batch, tiny_model
 
 TEXTS = [
     "alpha beta",
@@ -57,14 +57,7 @@ class FixedGramWeighting(Weighting):
 
 
 def make_batch(tok, objectives, heads, labels, texts=TEXTS):
-    enc = tok(texts[: len(objectives)], padding=True, truncation=True, max_length=16, return_tensors="pt")
-    return dict(
-        input_ids=enc["input_ids"],
-        attention_mask=enc["attention_mask"],
-        labels=torch.tensor(labels),
-        head_index=torch.tensor(heads),
-        objective_index=torch.tensor(objectives),
-    )
+    return batch(tok, heads, objectives, labels, texts)
 
 
 MIXED = dict(objectives=[2, 0, 1, 1, 0, 2, 1, 0], heads=[0, 1, 0, 0, 1, 0, 0, 1], labels=[1, 2, 0, 1, 0, 1, 1, 2])

@@ -23,14 +23,9 @@ def tiny_model(tmp_path, num_objectives=3):
     return MultiTaskModel(encoder, heads, num_objectives), tok
 
 
-def batch(tok, heads, objectives, labels):
-    enc = tok(
-        ["alpha beta", "gamma delta epsilon", "zeta", "eta theta alpha"][: len(heads)],
-        padding=True,
-        truncation=True,
-        max_length=16,
-        return_tensors="pt",
-    )
+def batch(tok, heads, objectives, labels, texts=("alpha beta", "gamma delta epsilon", "zeta", "eta theta alpha")):
+    """A batch of the first ``len(heads)`` of ``texts`` with its rows' labels, heads and objectives."""
+    enc = tok(list(texts[: len(heads)]), padding=True, truncation=True, max_length=16, return_tensors="pt")
     return dict(
         input_ids=enc["input_ids"],
         attention_mask=enc["attention_mask"],
