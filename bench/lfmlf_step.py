@@ -10,11 +10,11 @@ Six steps per T, measured side by side (interleaved, medians over --steps repeti
 DeepSpeed engine (ZeRO 0, AdamW), every one ending in the engine's step:
   plain       the mean of the per-objective losses, one backward             (mtft.training.step.LossWeightedStep)
   buffered    per-objective gradients by hooks into T × P buffers, Gram, exact min-norm solve, one surrogate
-              backward (GramWeightedStep; weighting.gradient_buffers: full)
+              backward (GramWeightedStep; gradients.buffers: full)
   bufferless  the same step without the buffers: the Gram layer by layer from the backward pass's tape, the
-              update from the row-scaled output gradients (weighting.gradient_buffers: none)
+              update from the row-scaled output gradients (gradients.buffers: none)
   bufferless_backward  the same without the tape: the Gram formed at each layer during the backward pass, the
-              update by a second backward pass of the weighted losses (weighting.bufferless_update: backward)
+              update by a second backward pass of the weighted losses (gradients.update: backward)
   autogram    TorchJD's autogram engine (torchjd.autogram.Engine, batch_dim=0): the per-example Gramian of the
               same encoder and head, reduced to the T × T Gram of the objectives' mean losses (M G Mᵀ), the same
               exact min-norm weights, then a backward pass of the weighted losses (Quinton & Rey, 2024, Section 6)
@@ -395,7 +395,7 @@ def main() -> None:
     parser.add_argument(
         "--chunk-mb",
         type=float,
-        help="the bufferless steps' chunk budget (weighting.bufferless_chunk_mb; default: theirs)",
+        help="the bufferless steps' chunk budget (gradients.chunk_mb; default: theirs)",
     )
     parser.add_argument(
         "--checkpointing",

@@ -24,7 +24,7 @@ the reduced gradients formed in float64 throughout, and the two paths' updated w
 formulas then give the table for XLM-R large at N = 8, checked against every measured point.
 
 --precision instead compares, on one process and the same batch, the Gram, the LF-MLF weights and the combined
-gradient from bfloat16 buffers (weighting.gradient_buffers: bfloat16; float32 accumulation) with float32 ones.
+gradient from bfloat16 buffers (gradients.buffers: bfloat16; float32 accumulation) with float32 ones.
 
 Shapes: XLM-R base (hidden 768, 12 heads, FFN 3072) with --layers of its 12 layers (1 by default, so that T = 48
 buffers of two processes fit this 23 GB machine) and an 8000-row vocabulary (250002 in XLM-R: T copies of its

@@ -10,7 +10,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from mtft.config.run_config import RunConfig
-from mtft.config.schema import FLAT_ADAPTER_KEYS, AdapterSection, WeightingSection
+from mtft.config.schema import FLAT_ADAPTER_KEYS, MOVED_TO_GRADIENTS, AdapterSection, WeightingSection
 from mtft.core.errors import ConfigError, echo
 from mtft.core.safe_yaml import load_yaml, read_text
 
@@ -19,6 +19,7 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> RunConfig:
     """Load ``path``, apply ``overrides`` (``a.b.c=value``, value parsed as YAML) and validate."""
     path = Path(path)
     raw = read_yaml_mapping(path)
+    gradients_of_a_written_config(raw)
     parsed = [parse_override(item) for item in overrides]
     options_follow_methods(raw, parsed)
     overridden = set()
@@ -79,6 +80,39 @@ def adapter_options_follow_method(raw: dict[str, Any], overrides: dict[str, Any]
             del section[key]
 
 
+def gradients_of_a_written_config(raw: dict[str, Any]) -> None:
+    """Move the ``gradients`` keys of a config.yaml that an earlier mtft wrote out of its ``weighting`` section.
+
+    A run folder's resolved config, written before the ``gradients`` section existed, holds every key of
+    ``weighting`` and the six that moved beside them: it is the run it records, read as this version names its
+    keys (a resume, a study's record, an evaluation of the run). Any other ``weighting`` that writes a moved key
+    is left alone, for :func:`validate_config` to refuse in one line naming the new key."""
+    section = raw.get("weighting")
+    if "gradients" in raw or not isinstance(section, dict) or not set(WeightingSection.model_fields) <= set(section):
+        return
+    moved = {MOVED_TO_GRADIENTS[key]: section.pop(key) for key in list(section) if key in MOVED_TO_GRADIENTS}
+    if moved:
+        raw["gradients"] = moved
+
+
+def moved_gradient_keys(raw: dict[str, Any], source: str, overridden: set[str] = frozenset()) -> None:
+    """Refuse, in one line saying what to rename, a ``weighting`` section that writes a key of ``gradients`` (where
+    earlier versions had it), before the schema would call it an unknown key."""
+    section = raw.get("weighting")
+    old = [key for key in MOVED_TO_GRADIENTS if key in section] if isinstance(section, dict) else []
+    if not old:
+        return
+    from_cli = any(f"weighting.{key}" in overridden for key in old)
+    where = f"{source} [command line]" if from_cli else source
+    first, *others = old
+    also = ", ".join(f"weighting.{key} -> gradients.{MOVED_TO_GRADIENTS[key]}" for key in others)
+    raise ConfigError(
+        f"{where}: weighting.{first} moved to gradients.{MOVED_TO_GRADIENTS[first]}"
+        + (f" (and {also})" if also else "")
+        + ": the gradients section holds how the per-objective gradients are formed"
+    )
+
+
 def read_yaml_mapping(path: Path) -> dict[str, Any]:
     data = load_yaml(read_text(path, "config file"), str(path))
     if data is None:
@@ -130,6 +164,7 @@ def _list_index(node: list, part: str, key: str) -> int:
 
 
 def validate_config(raw: dict[str, Any], source: str, overridden: set[str] = frozenset()) -> RunConfig:
+    moved_gradient_keys(raw, source, overridden)
     try:
         return RunConfig.model_validate(raw)
     except ValidationError as exc:

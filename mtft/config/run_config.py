@@ -18,6 +18,7 @@ from mtft.config.schema import (
     DataSection,
     EvaluationSection,
     ForgettingSection,
+    GradientsSection,
     LoggingSection,
     ModelSection,
     PretrainSection,
@@ -47,6 +48,7 @@ class RunConfig(Section):
     model: ModelSection = _section(ModelSection)
     data: DataSection = Field(..., description=_summary(DataSection))
     weighting: WeightingSection = _section(WeightingSection)
+    gradients: GradientsSection = _section(GradientsSection)
     training: TrainingSection = _section(TrainingSection)
     evaluation: EvaluationSection = _section(EvaluationSection)
     checkpointing: CheckpointSection = _section(CheckpointSection)
@@ -82,20 +84,41 @@ class RunConfig(Section):
             raise ValueError(
                 f"weighting.method={self.weighting.method} needs per-objective gradients, {method.gram_refusal}"
             )
-        if not method.supports_gram and self.weighting.descent_check:
+        if not method.supports_gram and self.gradients.descent_check:
             raise ValueError(
-                "weighting.descent_check=true needs per-objective gradients, which model.adapter.method="
-                f"{self.model.adapter.method} does not provide; set weighting.descent_check=false"
+                "gradients.descent_check=true needs per-objective gradients, which model.adapter.method="
+                f"{self.model.adapter.method} does not provide; set gradients.descent_check=false"
             )
         return self
 
     @model_validator(mode="after")
+    def _metric_needs_gram(self) -> "RunConfig":
+        """``gradients.metric`` is the Gram's inner product: another than the Euclidean one needs a weighting that
+        reads a Gram."""
+        from mtft.weighting import weighting_class
+
+        metric, method = self.gradients.metric, self.weighting.method
+        if metric != "euclidean" and not weighting_class(method).needs_gram:
+            raise ValueError(
+                f"gradients.metric={metric} is the inner product of the Gram, and weighting.method={method} reads no "
+                "Gram; use gradients.metric=euclidean, or a weighting such as lfmlf"
+            )
+        return self
+
+    def per_objective_gradients(self) -> bool:
+        """Whether the step forms per-objective gradients: for the Gram (``weighting.method``), or for the descent
+        check (``gradients.descent_check``)."""
+        from mtft.weighting import weighting_class
+
+        return weighting_class(self.weighting.method).needs_gram or self.gradients.descent_check
+
+    @model_validator(mode="after")
     def _bufferless_update_needs(self) -> "RunConfig":
-        """``bufferless_update: backward`` where the bufferless step may be chosen: the micro-batches and the descent
+        """``gradients.update: backward`` where the bufferless step may be chosen: the micro-batches and the descent
         check of :func:`~mtft.config.bufferless.second_backward_refusal` (processes and ZeRO stage at launch)."""
-        if not self.weighting.may_update_by_second_backward():
+        if not self.gradients.may_update_by_second_backward():
             return self
-        refusal = second_backward_refusal(self.training.gradient_accumulation_steps, self.weighting.descent_check)
+        refusal = second_backward_refusal(self.training.gradient_accumulation_steps, self.gradients.descent_check)
         if refusal is not None:
             raise ValueError(refusal)
         return self
@@ -118,10 +141,10 @@ class RunConfig(Section):
                 f"stability.mixout={p} needs trained encoder weights, but model.adapter.method="
                 f"{self.model.adapter.method} freezes them; use model.adapter.method=full"
             )
-        if self.weighting.per_objective_gradients():
+        if self.per_objective_gradients():
             what = (
-                "weighting.descent_check"
-                if self.weighting.descent_check
+                "gradients.descent_check"
+                if self.gradients.descent_check
                 else f"weighting.method={self.weighting.method}"
             )
             raise ValueError(

@@ -377,53 +377,6 @@ class WeightingSection(Section):
     cosine_every: int = Field(
         50, ge=0, description="Log the cosine matrix of the per-objective gradients every N steps (0: never)."
     )
-    metric: Literal["euclidean", "optimizer"] = Field(
-        "euclidean",
-        description="Inner product of the Gram: euclidean, G_ts = g_tᵀg_s (the paper's); optimizer, G_ts = g_tᵀPg_s "
-        "with P = diag(1/(√v̂+ε)) the preconditioner AdamW applies, so that the step AdamW takes (momentum aside) "
-        "is the min-norm common-descent direction in its own metric (docs/lfmlf.md). With SGD, P = I: the same "
-        "as euclidean. For weightings that read the Gram.",
-    )
-    descent_check: bool = Field(
-        False,
-        description="Log every step whether the update the optimizer applied, Δθ, decreases every objective to "
-        "first order (g_tᵀΔθ < 0 for every t present): T dot products with per-objective gradients, which a "
-        "weighting that reads no Gram then computes too (per-objective step, as the Gram weightings').",
-    )
-    gradient_buffers: Literal["full", "bfloat16", "none", "auto"] = Field(
-        "full",
-        description="The per-objective gradients of the weightings that read them: full = T × trainable-parameter "
-        "buffers in the parameters' precision (float32 at least); bfloat16 = the same buffers at half the memory and "
-        "traffic, each g_t rounded to bfloat16 (the Gram, combination and dot products still accumulated in float32 "
-        "and float64); none = no buffers: the Gram formed layer by layer from the backward pass and the update "
-        "from the row-scaled output gradients (exact; extra memory independent of T, about one backward pass's "
-        "output gradients); auto = full when the buffers fit in gradient_buffers_budget_gb, else none (the log "
-        "says which and why). docs/lfmlf.md: which to use when.",
-    )
-    gradient_buffers_budget_gb: Optional[float] = Field(
-        None,
-        gt=0,
-        description="For gradient_buffers: auto, the memory the buffers may take per process, in GiB. Null: half "
-        "of the accelerator's free memory once the engine is built (the GPU's; on CPU the host's available memory).",
-    )
-    bufferless_chunk_mb: Optional[float] = Field(
-        None,
-        gt=0,
-        description="For the bufferless step (gradient_buffers: none, or auto choosing it): the most memory one "
-        "layer's T per-objective products may hold at once, in MiB; a larger layer is formed in chunks (a Linear by "
-        "its output features, an embedding by its touched rows), so that this memory does not grow with T. Null: "
-        "32 objectives' worth of the largest layer, at least 1 MiB.",
-    )
-    bufferless_update: Literal["tape", "backward"] = Field(
-        "tape",
-        description="How the bufferless step (gradient_buffers: none, or auto choosing it) writes the update. "
-        "tape = the backward pass records each trainable layer's input and output gradient, and the update is one "
-        "product per layer of them (one backward pass; the tape's memory, about the activations', beyond the plain "
-        "step's); backward = no tape: the Gram is formed at each layer during the backward pass, and the update "
-        "comes from a second backward pass of the weighted losses (no tape: 1.1-1.2x the plain step's peak in "
-        "bench/lfmlf_step.py, for one more backward pass of time; one process, ZeRO 0-2, "
-        "training.gradient_accumulation_steps=1, no descent_check).",
-    )
 
     @field_validator("method")
     @classmethod
@@ -460,50 +413,96 @@ class WeightingSection(Section):
             for option, method, field in WEIGHTINGS.option_fields()
         ]
 
+
+class GradientsSection(Section):
+    """How the per-objective gradients are formed: buffered or layer by layer, the Gram's metric, the descent check.
+
+    The weightings that read a Gram (``weighting.method``, e.g. lfmlf) and the descent check take the gradients of
+    every objective; these keys decide how they are formed, whichever weighting combines them."""
+
+    buffers: Literal["full", "bfloat16", "none", "auto"] = Field(
+        "full",
+        description="The per-objective gradients of the weightings that read them: full = T × trainable-parameter "
+        "buffers in the parameters' precision (float32 at least); bfloat16 = the same buffers at half the memory and "
+        "traffic, each g_t rounded to bfloat16 (the Gram, combination and dot products still accumulated in float32 "
+        "and float64); none = no buffers: the Gram formed layer by layer from the backward pass and the update "
+        "from the row-scaled output gradients (exact; extra memory independent of T, about one backward pass's "
+        "output gradients); auto = full when the buffers fit in gradients.budget_gb, else none (the log "
+        "says which and why). docs/lfmlf.md: which to use when.",
+    )
+    budget_gb: Optional[float] = Field(
+        None,
+        gt=0,
+        description="For gradients.buffers: auto, the memory the buffers may take per process, in GiB. Null: half "
+        "of the accelerator's free memory once the engine is built (the GPU's; on CPU the host's available memory).",
+    )
+    chunk_mb: Optional[float] = Field(
+        None,
+        gt=0,
+        description="For the bufferless step (gradients.buffers: none, or auto choosing it): the most memory one "
+        "layer's T per-objective products may hold at once, in MiB; a larger layer is formed in chunks (a Linear by "
+        "its output features, an embedding by its touched rows), so that this memory does not grow with T. Null: "
+        "32 objectives' worth of the largest layer, at least 1 MiB.",
+    )
+    update: Literal["tape", "backward"] = Field(
+        "tape",
+        description="How the bufferless step (gradients.buffers: none, or auto choosing it) writes the update. "
+        "tape = the backward pass records each trainable layer's input and output gradient, and the update is one "
+        "product per layer of them (one backward pass; the tape's memory, about the activations', beyond the plain "
+        "step's); backward = no tape: the Gram is formed at each layer during the backward pass, and the update "
+        "comes from a second backward pass of the weighted losses (no tape: 1.1-1.2x the plain step's peak in "
+        "bench/lfmlf_step.py, for one more backward pass of time; one process, ZeRO 0-2, "
+        "training.gradient_accumulation_steps=1, no gradients.descent_check).",
+    )
+    metric: Literal["euclidean", "optimizer"] = Field(
+        "euclidean",
+        description="Inner product of the Gram: euclidean, G_ts = g_tᵀg_s (the paper's); optimizer, G_ts = g_tᵀPg_s "
+        "with P = diag(1/(√v̂+ε)) the preconditioner AdamW applies, so that the step AdamW takes (momentum aside) "
+        "is the min-norm common-descent direction in its own metric (docs/lfmlf.md). With SGD, P = I: the same "
+        "as euclidean. For the weightings that read the Gram (weighting.method).",
+    )
+    descent_check: bool = Field(
+        False,
+        description="Log every step whether the update the optimizer applied, Δθ, decreases every objective to "
+        "first order (g_tᵀΔθ < 0 for every t present): T dot products with per-objective gradients, which a "
+        "weighting that reads no Gram then computes too (per-objective step, as the Gram weightings').",
+    )
+
     @model_validator(mode="after")
-    def _buffer_options_of_the_chosen_mode(self) -> "WeightingSection":
-        """A gradient-engine setting that the chosen mode never reads is refused, not recorded as if it applied."""
+    def _options_of_the_chosen_mode(self) -> "GradientsSection":
+        """A setting that the chosen buffers never read is refused, not recorded as if it applied."""
         bufferless = [
-            key
-            for key, is_set in (
-                ("bufferless_update", self.bufferless_update != "tape"),
-                ("bufferless_chunk_mb", self.bufferless_chunk_mb is not None),
-            )
+            f"gradients.{key}"
+            for key, is_set in (("update", self.update != "tape"), ("chunk_mb", self.chunk_mb is not None))
             if is_set
         ]
-        if bufferless and self.gradient_buffers in ("full", "bfloat16"):
+        if bufferless and self.buffers in ("full", "bfloat16"):
             raise ValueError(
-                f"{', '.join(bufferless)} set the bufferless step, which gradient_buffers={self.gradient_buffers} "
-                "never takes; use gradient_buffers=none (or auto), or leave them out"
+                f"{', '.join(bufferless)} set the bufferless step, which gradients.buffers={self.buffers} never "
+                "takes; use gradients.buffers=none (or auto), or leave them out"
             )
-        if self.gradient_buffers_budget_gb is not None and self.gradient_buffers != "auto":
+        if self.budget_gb is not None and self.buffers != "auto":
             raise ValueError(
-                f"gradient_buffers_budget_gb decides gradient_buffers=auto's choice; with "
-                f"gradient_buffers={self.gradient_buffers} it does nothing: leave it out, or use auto"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _metric_needs_gram(self) -> "WeightingSection":
-        from mtft.weighting import weighting_class
-
-        if self.metric != "euclidean" and not weighting_class(self.method).needs_gram:
-            raise ValueError(
-                f"metric={self.metric} is the inner product of the Gram, and weighting {self.method!r} reads no Gram; "
-                "use metric=euclidean, or a weighting such as lfmlf"
+                f"gradients.budget_gb decides gradients.buffers=auto's choice; with gradients.buffers={self.buffers} "
+                "it does nothing: leave it out, or use auto"
             )
         return self
-
-    def per_objective_gradients(self) -> bool:
-        """Whether the step forms per-objective gradients: for the Gram, or for the descent check."""
-        from mtft.weighting import weighting_class
-
-        return weighting_class(self.method).needs_gram or self.descent_check
 
     def may_update_by_second_backward(self) -> bool:
         """Whether the step may form the Gram during the backward pass and the update by a second one:
-        ``bufferless_update: backward`` where the bufferless step may be chosen (``none``, or ``auto``)."""
-        return self.bufferless_update == "backward" and self.gradient_buffers in ("none", "auto")
+        ``gradients.update: backward`` where the bufferless step may be chosen (``none``, or ``auto``)."""
+        return self.update == "backward" and self.buffers in ("none", "auto")
+
+
+#: where earlier versions wrote the keys of ``gradients``: ``weighting.<old>`` -> ``gradients.<new>``
+MOVED_TO_GRADIENTS = {
+    "gradient_buffers": "buffers",
+    "gradient_buffers_budget_gb": "budget_gb",
+    "bufferless_chunk_mb": "chunk_mb",
+    "bufferless_update": "update",
+    "metric": "metric",
+    "descent_check": "descent_check",
+}
 
 
 class OptimizerSection(Section):

@@ -63,7 +63,7 @@ def rows_for_recomputation() -> tuple[contextlib.AbstractContextManager, context
 class _Declared:
     """Row labels declared for the duration of a recomputation. Reusable, unlike a generator's context manager: a
     layer is recomputed once per backward pass over its graph, and the bufferless step's second backward pass
-    (``weighting.bufferless_update: backward``) makes two."""
+    (``gradients.update: backward``) makes two."""
 
     def __init__(self, labels: Optional[RowLabels]):
         self.labels = labels

@@ -15,7 +15,7 @@ What this needs from the backward pass is each trainable layer's input x and out
 (tokens × in) and (tokens × out) matrices its own weight gradient is built from), kept in a *tape* until the
 update is written: memory of the order of the activations, independent of T. Three passes over the tape replace the
 buffers: the Gram (T × P_layer products per layer, each freed at once), the combination (one product per layer),
-and, only with ``weighting.descent_check``, the dot products g_tᵀΔθ (the T products again). A layer whose T products
+and, only with ``gradients.descent_check``, the dot products g_tᵀΔθ (the T products again). A layer whose T products
 exceed a fixed budget is formed in chunks -- a Linear by windows of its output features, an embedding by windows of
 the rows the step touched -- since a Gram and a dot product are sums over coordinates too; so what the passes hold
 beyond the tape is at most the budget and the T × T Gram, at any T (:meth:`LayerwiseGradients._chunks`). A second
@@ -23,7 +23,7 @@ backward pass of Σ_t w_t L_t (TorchJD's autogram, Quinton & Rey, 2024, Section 
 gradients through the network again; scaling the recorded ones avoids that pass (bench/lfmlf_step.py measures both).
 
 That second pass is the other way to write the update, for when memory is what counts
-(``weighting.bufferless_update: backward``, :meth:`LayerwiseGradients.form_during_backward`): no tape. The first
+(``gradients.update: backward``, :meth:`LayerwiseGradients.form_during_backward`): no tape. The first
 backward pass keeps the graph (``retain_graph``) and each layer's products are formed, added into G and freed the
 moment its output gradient arrives; after the solve, a second backward pass of Σ_t a_t sum_t brings every layer its
 output gradient already scaled, and its product with the layer's input is the update. What the step holds beyond a
@@ -237,7 +237,7 @@ class LayerwiseGradients:
         self.touched: dict[torch.Tensor, torch.Tensor] = {}
         self.peak_layer_bytes = 0  # the largest layer's products held at once, since construction
         self.workspace = Workspace(self.num_objectives, collector.dtype)
-        self.live: Optional[_LiveGram] = None  # bufferless_update: backward (form_during_backward)
+        self.live: Optional[_LiveGram] = None  # gradients.update: backward (form_during_backward)
         self.combine_workspace = Workspace(1, collector.dtype, reuse_dense=False)
         itemsize = torch.empty(0, dtype=collector.dtype).element_size()
         if chunk_bytes is None:
@@ -269,7 +269,7 @@ class LayerwiseGradients:
         else:
             self._gram_of_record(record)
 
-    # -- the Gram during the backward pass, the update by a second one (bufferless_update: backward) ---------------
+    # -- the Gram during the backward pass, the update by a second one (gradients.update: backward) ---------------
     def form_during_backward(
         self, params: list[nn.Parameter], only_rows: OnlyRows = None, metric: Metric = None
     ) -> None:
@@ -288,7 +288,7 @@ class LayerwiseGradients:
             raise RuntimeError(
                 f"a trainable layer ({type(module).__name__}) ran twice in one step: its products must be summed "
                 "before they enter the Gram, which forming the Gram during the backward pass cannot do (each layer "
-                "called once); use weighting.bufferless_update=tape"
+                "called once); use gradients.update=tape"
             )
         live.formed.add(module)
         params = [p for p in module.parameters(recurse=False) if p in self.collector.names and p in live.shared]

@@ -10,13 +10,13 @@ own (Quinton & Rey, 2024). Which store a run uses is decided once, by :func:`mtf
 .gradient_store`:
 
 * :class:`DenseStore` -- T × P buffers (:class:`~mtft.gradients.PerObjectiveGradients`), all-reduced whole on
-  several ranks (``weighting.gradient_buffers: full`` or ``bfloat16``, one process);
+  several ranks (``gradients.buffers: full`` or ``bfloat16``, one process);
 * :class:`ShardedStore` -- the same buffers reduce-scattered layer by layer during the backward pass, so each rank
   holds 1/N of them (:class:`~mtft.gradients.ShardedGradients`; several processes);
 * :class:`TapeStore` -- no buffers: a tape of the backward pass, from which the Gram, the combination and the dot
-  products are formed layer by layer (:class:`~mtft.gradients.LayerwiseGradients`; ``gradient_buffers: none``);
+  products are formed layer by layer (:class:`~mtft.gradients.LayerwiseGradients`; ``gradients.buffers: none``);
 * :class:`SecondBackwardStore` -- no tape either: the Gram formed during the backward pass, the combination by a
-  second backward pass of the weighted losses (``bufferless_update: backward``; the rule of where it runs is
+  second backward pass of the weighted losses (``gradients.update: backward``; the rule of where it runs is
   :func:`mtft.config.bufferless.second_backward_refusal`).
 
 :class:`ModelPass` is how every store runs the model: the forward pass on detached parameters (autograd then skips

@@ -215,7 +215,7 @@ def _floor_note(steps: list[dict[str, Any]], floor: float) -> list[str]:
 
 
 def _metric_note(steps: list[dict[str, Any]]) -> list[str]:
-    """Say in which inner product the Gram, ||d||² and the certificate are (``weighting.metric=optimizer``)."""
+    """Say in which inner product the Gram, ||d||² and the certificate are (``gradients.metric=optimizer``)."""
     flags = [e["metric_preconditioned"] for e in steps if "metric_preconditioned" in e]
     if not flags:
         return []
@@ -228,7 +228,7 @@ def _metric_note(steps: list[dict[str, Any]]) -> list[str]:
 
 
 def _descent_note(steps: list[dict[str, Any]], names: list[str]) -> list[str]:
-    """How often the update actually applied decreased every objective to first order (``descent_check``)."""
+    """How often the update actually applied decreased every objective to first order (``gradients.descent_check``)."""
     checked = [e for e in steps if "common_descent" in e]
     if not checked:
         return []

@@ -12,9 +12,9 @@ def setup_table(
     """The "Setup" table of a run: ``config`` its :class:`~mtft.config.run_config.RunConfig` (read by field name:
     reporting sits below the config layer), ``steps`` those trained, ``pretraining`` the backbone's pre-training in
     words (:func:`mtft.training.pretrain.pretraining_summary`) or None."""
-    training, weighting, data = config.training, config.weighting, config.data
+    training, weighting, gradients, data = config.training, config.weighting, config.gradients, config.data
     global_batch = training.micro_batch_size * training.gradient_accumulation_steps * processes
-    metric = "" if weighting.metric == "euclidean" else f", Gram in the {weighting.metric}'s metric"
+    metric = "" if gradients.metric == "euclidean" else f", Gram in the {gradients.metric}'s metric"
     return [
         ("backbone", config.model.backbone),
         *([("backbone pre-training", pretraining)] if pretraining else []),

@@ -107,7 +107,7 @@ def forgetting_summaries(path: Path) -> dict[str, float]:
 
 def descent_summary(path: Path) -> dict[str, float]:
     """``common_descent``: the fraction of the run's steps at which the update the optimizer applied decreased
-    every objective's loss to first order (``weighting.descent_check``); nothing when the run did not check."""
+    every objective's loss to first order (``gradients.descent_check``); nothing when the run did not check."""
     flags = [
         float(row["common_descent"])
         for row in log_rows(path)

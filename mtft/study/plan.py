@@ -20,6 +20,7 @@ import yaml
 from mtft.config.deepspeed import check_forgetting, read_deepspeed_json, use_bf16
 from mtft.config.load import (
     config_to_yaml,
+    gradients_of_a_written_config,
     options_follow_methods,
     read_yaml_mapping,
     set_dotted,
@@ -91,6 +92,7 @@ def plan_runs(spec: StudySpec, base: Path, study_file: Path) -> list[PlannedRun]
     """Every (cell, seed) run with its resolved, validated config, each followed by its ``leave_one_out`` draws,
     seed by seed; the first invalid cell raises one line."""
     raw_base = read_yaml_mapping(base)
+    gradients_of_a_written_config(raw_base)
     checked: set[str] = set()
     draws = range(spec.leave_one_out.draws) if spec.leave_one_out else range(0)
     runs: list[PlannedRun] = []
@@ -186,8 +188,12 @@ def _check_once(config: RunConfig, where: str, checked: set[str]) -> None:
 def config_difference(old_yaml: str, new_yaml: str) -> str | None:
     """The first dotted key at which two resolved configs differ, or None when they are the same run. A key the old
     config lacks counts only if its new value differs from the key's default: a newer mtft adding an option with
-    its default does not change a run already made."""
-    old, new = _flatten(yaml.safe_load(old_yaml) or {}), _flatten(yaml.safe_load(new_yaml) or {})
+    its default does not change a run already made; nor does a key that moved since (the ``gradients`` keys an
+    earlier mtft wrote under ``weighting``)."""
+    old_tree = yaml.safe_load(old_yaml) or {}
+    if isinstance(old_tree, dict):
+        gradients_of_a_written_config(old_tree)
+    old, new = _flatten(old_tree), _flatten(yaml.safe_load(new_yaml) or {})
     for key in sorted(set(old) | set(new)):
         if key not in old and _is_default(key, new[key]):
             continue

@@ -1,9 +1,9 @@
-"""``weighting.gradient_buffers: auto``: the buffered Gram step when its buffers fit, the bufferless one otherwise.
+"""``gradients.buffers: auto``: the buffered Gram step when its buffers fit, the bufferless one otherwise.
 
 The buffered step (:class:`~mtft.gradients.PerObjectiveGradients`) holds T × P floats (P the trainable dense
 parameters; 1/N of them per rank when the ranks shard them) plus T × (touched rows) of the row-sparse weights, and is
 the faster when they fit; the bufferless step (:mod:`mtft.gradients.layerwise`) holds none of them, and costs one
-more product per layer. The choice compares the buffers' bytes with a budget: ``gradient_buffers_budget_gb``, or
+more product per layer. The choice compares the buffers' bytes with a budget: ``gradients.budget_gb``, or
 half of the memory free once the engine is built -- the GPU's (``torch.cuda.mem_get_info``), on CPU the host's
 available memory -- leaving the other half to activations, the tape and the update.
 """
@@ -64,13 +64,13 @@ def free_memory(device: torch.device) -> tuple[int, str]:
 def choose_buffers(
     setting: str, needed: int, budget_gb: Optional[float], device: torch.device, num_objectives: int
 ) -> BufferChoice:
-    """The buffer mode of ``weighting.gradient_buffers`` (``auto`` resolved against the budget)."""
+    """The buffer mode of ``gradients.buffers`` (``auto`` resolved against the budget)."""
     size = f"{describe_bytes(needed)} of per-objective buffers at T = {num_objectives}"
     if setting != "auto":
         kind = "bufferless, layer by layer" if setting == "none" else f"buffered ({size})"
-        return BufferChoice(setting, f"{kind}: weighting.gradient_buffers={setting}")
+        return BufferChoice(setting, f"{kind}: gradients.buffers={setting}")
     if budget_gb is not None:
-        budget, source = int(budget_gb * GIB), f"weighting.gradient_buffers_budget_gb={budget_gb:g}"
+        budget, source = int(budget_gb * GIB), f"gradients.budget_gb={budget_gb:g}"
     else:
         free, where = free_memory(device)
         free, ranks = smallest_over_ranks(free, device)

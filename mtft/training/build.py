@@ -18,7 +18,7 @@ import torch
 from mtft.adapters import build_method, parameter_table
 from mtft.config.deepspeed import zero_stage
 from mtft.config.run_config import RunConfig
-from mtft.config.schema import AdapterSection, ModelSection, WeightingSection
+from mtft.config.schema import AdapterSection, GradientsSection, ModelSection, WeightingSection
 from mtft.core.atomic import recover
 from mtft.core.distributed import ProcessInfo, barrier
 from mtft.core.errors import ConfigError
@@ -153,8 +153,8 @@ def _shared_parameters(cfg: WeightingSection, adapter: AdapterSection, model, da
 
 
 def _build_step(config: RunConfig, engine, weighting: Weighting, shared, num_objectives: int, world: int) -> Step:
-    cfg = config.weighting
-    if not cfg.per_objective_gradients():
+    cfg, grads = config.weighting, config.gradients
+    if not config.per_objective_gradients():
         return LossWeightedStep(engine, weighting, num_objectives, world)
     params, shared_rows = shared if shared is not None else (None, None)
     if params is not None:
@@ -163,18 +163,18 @@ def _build_step(config: RunConfig, engine, weighting: Weighting, shared, num_obj
             f"({len(params)} tensors), {num_objectives} objectives"
         )
     metric: Optional[AdamWPreconditioner] = None
-    if cfg.metric == "optimizer":
+    if grads.metric == "optimizer":
         metric = AdamWPreconditioner(engine)
         if metric.adaptive:
             logger.info(f"{cfg.method}: Gram in AdamW's metric, g_tᵀ diag(1/(√v̂+ε)) g_s (Euclidean at step 1)")
         else:
             logger.info(
-                f"{cfg.method}: weighting.metric=optimizer with training.optimizer.name="
+                f"{cfg.method}: gradients.metric=optimizer with training.optimizer.name="
                 f"{config.training.optimizer.name}, which applies no preconditioner: the Euclidean Gram"
             )
     training = config.training
     tokens = training.micro_batch_size * config.data.max_length * training.gradient_accumulation_steps
-    choice = _buffer_choice(cfg, tokens, engine, num_objectives, world)
+    choice = _buffer_choice(grads, tokens, engine, num_objectives, world)
     logger.info(f"{cfg.method}: per-objective gradients {choice.why}")
     store = gradient_store(
         engine,
@@ -183,16 +183,16 @@ def _build_step(config: RunConfig, engine, weighting: Weighting, shared, num_obj
         params,
         shared_rows,
         buffers=choice.mode,
-        update=cfg.bufferless_update,
-        chunk_bytes=None if cfg.bufferless_chunk_mb is None else int(cfg.bufferless_chunk_mb * 2**20),
+        update=grads.update,
+        chunk_bytes=None if grads.chunk_mb is None else int(grads.chunk_mb * 2**20),
         micro_batches=training.gradient_accumulation_steps,
-        descent_check=cfg.descent_check,
+        descent_check=grads.descent_check,
     )
     if store.model.partitioned:
         logger.info(f"{cfg.method} under ZeRO-3: {store.model.partitioning()}")
     if isinstance(store, TapeStore):
-        given = cfg.bufferless_chunk_mb
-        source = f"weighting.bufferless_chunk_mb={given:g}" if given is not None else "the default"
+        given = grads.chunk_mb
+        source = f"gradients.chunk_mb={given:g}" if given is not None else "the default"
         budget = describe_bytes(store.layerwise.chunk_bytes)
         logger.info(f"{cfg.method}: a layer's products formed in chunks of at most {budget} ({source})")
         update = (
@@ -200,13 +200,13 @@ def _build_step(config: RunConfig, engine, weighting: Weighting, shared, num_obj
             if isinstance(store, SecondBackwardStore)
             else "the update from a tape of the backward pass"
         )
-        logger.info(f"{cfg.method}: {update} (weighting.bufferless_update={cfg.bufferless_update})")
-    return GramWeightedStep(store, weighting, StepOptions(cfg.cosine_every, metric, cfg.descent_check))
+        logger.info(f"{cfg.method}: {update} (gradients.update={grads.update})")
+    return GramWeightedStep(store, weighting, StepOptions(cfg.cosine_every, metric, grads.descent_check))
 
 
-def _buffer_choice(cfg: WeightingSection, tokens: int, engine, num_objectives: int, world: int) -> BufferChoice:
-    """``weighting.gradient_buffers`` (``auto`` resolved against the memory budget), for ``tokens`` a step."""
+def _buffer_choice(grads: GradientsSection, tokens: int, engine, num_objectives: int, world: int) -> BufferChoice:
+    """``gradients.buffers`` (``auto`` resolved against the memory budget), for ``tokens`` a step."""
     trainable = [p for p in engine.module.parameters() if p.requires_grad]
-    element = 2 if cfg.gradient_buffers == "bfloat16" else 4
+    element = 2 if grads.buffers == "bfloat16" else 4
     needed = buffer_bytes(trainable, row_sparse_parameters(engine.module), num_objectives, world, tokens, element)
-    return choose_buffers(cfg.gradient_buffers, needed, cfg.gradient_buffers_budget_gb, engine.device, num_objectives)
+    return choose_buffers(grads.buffers, needed, grads.budget_gb, engine.device, num_objectives)

@@ -54,13 +54,13 @@ def deepspeed_config(config: RunConfig, world_size: int) -> dict[str, Any]:
     training = config.training
     ds = read_deepspeed_json(training.deepspeed_config)
     micro, accumulation = training.micro_batch_size, training.gradient_accumulation_steps
-    if config.weighting.per_objective_gradients():
+    if config.per_objective_gradients():
         stage = ds.get("zero_optimization", {}).get("stage", 0)
-        if stage == 3 and config.weighting.metric == "optimizer":
+        if stage == 3 and config.gradients.metric == "optimizer":
             # AdamWPreconditioner reads AdamW's v from torch's own state or ZeRO-1/2's flat partitions
             raise ConfigError(
-                "weighting.metric=optimizer reads AdamW's state, which ZeRO-3 partitions in a layout it does not "
-                f"read; use weighting.metric=euclidean, or ZeRO stage 0, 1 or 2 (not 3, from "
+                "gradients.metric=optimizer reads AdamW's state, which ZeRO-3 partitions in a layout it does not "
+                f"read; use gradients.metric=euclidean, or ZeRO stage 0, 1 or 2 (not 3, from "
                 f"{training.deepspeed_config})"
             )
         micro, accumulation = micro * accumulation, 1

@@ -1,7 +1,7 @@
 """The one place a Gram step's gradient store is chosen (:mod:`mtft.gradients.store`), and every rule of which
 store may run where checked.
 
-``buffers`` is ``weighting.gradient_buffers`` once ``auto`` is resolved (:mod:`mtft.training.buffers`): ``full`` or
+``buffers`` is ``gradients.buffers`` once ``auto`` is resolved (:mod:`mtft.training.buffers`): ``full`` or
 ``bfloat16`` keep T × P buffers -- whole on one process (:class:`~mtft.gradients.store.DenseStore`), sharded over
 several (:class:`~mtft.gradients.store.ShardedStore`) --, ``none`` keeps none: a tape of the backward pass
 (:class:`~mtft.gradients.store.TapeStore`, ``update="tape"``) or the Gram formed during the backward pass and the
@@ -40,7 +40,7 @@ def gradient_store(
     """The store of ``num_objectives`` objectives' gradients of ``engine.module``'s trainable parameters, for a step
     of ``micro_batches`` on ``world_size`` processes; ``shared``, ``shared_rows``: the Gram's parameters and the rows
     of its row-sparse ones (None: no Gram). ``chunk_bytes``: the most a bufferless layer's products may hold at once
-    (``weighting.bufferless_chunk_mb``); ``shard``: on several processes, reduce-scatter the buffers (the default)
+    (``gradients.chunk_mb``); ``shard``: on several processes, reduce-scatter the buffers (the default)
     rather than all-reduce them whole (kept to measure the two: bench/sharded_gram.py); ``descent_check``: the step
     measures g_tᵀΔθ, so the store must re-form its products after the update."""
     rank = torch.distributed.get_rank() if world_size > 1 else 0

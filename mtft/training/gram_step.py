@@ -14,7 +14,7 @@
    averaging over the ranks completes (:meth:`mtft.gradients.ShardedGradients.contribution`). It goes through
    ``engine.backward`` so DeepSpeed's gradient hooks, reduction and clipping run as usual, then ``engine.step()``.
 
-Two options (:class:`StepOptions`, from ``weighting.metric`` and ``weighting.descent_check``):
+Two options (:class:`StepOptions`, from ``gradients.metric`` and ``gradients.descent_check``):
 
 - ``metric``: an :class:`~mtft.training.adamw_preconditioner.AdamWPreconditioner` forms the Gram in the
   optimizer's metric, G_ts = g_tᵀ P g_s with P = diag(1/(√v̂+ε)) AdamW's preconditioner (the Euclidean Gram

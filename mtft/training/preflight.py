@@ -15,7 +15,7 @@ from typing import Optional
 from mtft.config.bufferless import second_backward_refusal
 from mtft.config.deepspeed import check_forgetting, zero_stage
 from mtft.config.run_config import RunConfig
-from mtft.config.schema import WeightingSection
+from mtft.config.schema import GradientsSection
 from mtft.core.errors import CheckpointError, ConfigError
 from mtft.data.selection import check_tasks
 from mtft.forgetting.corpus import check_corpus_files
@@ -32,7 +32,7 @@ def preflight(config: RunConfig) -> Optional[Path]:
     """Check a fine-tuning run (``run.stage: finetune``) and return the checkpoint to resume from (None: step 0)."""
     world_size = int(os.environ.get("WORLD_SIZE", 1))
     deepspeed_config(config, world_size)  # the DeepSpeed JSON and the precision
-    check_bufferless_update(config.weighting, world_size, zero_stage(config))
+    check_bufferless_update(config.gradients, world_size, zero_stage(config))
     check_trackers(config.logging.trackers())  # logging.report_to: its libraries installed
     resume_from = check_output_dir(config)
     if resume_from is not None:
@@ -58,10 +58,10 @@ def preflight(config: RunConfig) -> Optional[Path]:
     return resume_from
 
 
-def check_bufferless_update(weighting: WeightingSection, world_size: int, stage: int) -> None:
-    """``bufferless_update: backward`` where the bufferless step may be chosen (``none``, or ``auto``): the processes
+def check_bufferless_update(gradients: GradientsSection, world_size: int, stage: int) -> None:
+    """``gradients.update: backward`` where the bufferless step may be chosen (``none``, or ``auto``): the processes
     and the ZeRO stage of :func:`~mtft.config.bufferless.second_backward_refusal` (the rest is checked on load)."""
-    if not weighting.may_update_by_second_backward():
+    if not gradients.may_update_by_second_backward():
         return
     refusal = second_backward_refusal(processes=world_size, zero3=stage == 3)
     if refusal is not None:

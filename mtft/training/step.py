@@ -33,7 +33,7 @@ class StepResult:
     examples: int  # global examples in the step
     extras: dict[str, float] = field(default_factory=dict)
     # (T,) first-order change g_tᵀΔθ of each objective's loss under the applied update (nan where absent), when
-    # the step measured it (weighting.descent_check)
+    # the step measured it (gradients.descent_check)
     first_order: Optional[torch.Tensor] = None
     skipped: Optional[str] = None  # why no update was applied (e.g. a NaN Gram); the loop logs it and goes on
     weighting_row: bool = False  # log the weights (and extras: ||d||², the certificate, g_tᵀΔθ) every step

@@ -1,5 +1,5 @@
-"""LF-MLF in AdamW's metric (``weighting.metric=optimizer``) and the first-order check of the applied update
-(``weighting.descent_check``) through run.py and DeepSpeed: every step logs the certificate in the metric and
+"""LF-MLF in AdamW's metric (``gradients.metric=optimizer``) and the first-order check of the applied update
+(``gradients.descent_check``) through run.py and DeepSpeed: every step logs the certificate in the metric and
 g_tᵀΔθ per objective, ZeRO 2 (partitioned optimizer state, one or two processes) reads the same metric as ZeRO 0,
 the report and the study summary say how often the update decreased every objective, a weighting without a Gram
 gets the check, and with SGD the metric is the Euclidean one."""
@@ -30,8 +30,8 @@ def adam_run(out: Path, zero: int = 0, **extra) -> list[str]:
             "logging.every_steps": 1,
             "checkpointing.every_steps": None,
             "evaluation.every_steps": None,
-            "weighting.metric": "optimizer",
-            "weighting.descent_check": True,
+            "gradients.metric": "optimizer",
+            "gradients.descent_check": True,
             **extra,
         },
     )
@@ -47,8 +47,8 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     cases = {
         "zero0": adam_run(base / "zero0"),
         "zero2": adam_run(base / "zero2", zero=2),
-        "mean": adam_run(base / "mean", **{"weighting.method": "mean", "weighting.metric": "euclidean"}),
-        "sgd": adam_run(base / "sgd", **{"training.optimizer.name": "sgd", "weighting.descent_check": False}),
+        "mean": adam_run(base / "mean", **{"weighting.method": "mean", "gradients.metric": "euclidean"}),
+        "sgd": adam_run(base / "sgd", **{"training.optimizer.name": "sgd", "gradients.descent_check": False}),
     }
     for name, overrides in cases.items():
         result = run_cli("--config", BASE_CONFIG, *overrides)

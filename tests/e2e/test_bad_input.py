@@ -207,9 +207,9 @@ FAST = {
     "early-stopping-patience-zero": ([*BASE, "evaluation.early_stopping_patience=0"], {}, "early_stopping_patience"),
     "metric-for-best-unknown": ([*BASE, "evaluation.metric_for_best=xnli/f1"], {}, "not a metric of this run"),
     "optimizer-metric-under-zero3": (
-        [*BASE, "training.deepspeed_config=configs/deepspeed/zero3.json", "weighting.metric=optimizer"],
+        [*BASE, "training.deepspeed_config=configs/deepspeed/zero3.json", "gradients.metric=optimizer"],
         {},
-        "weighting.metric=optimizer reads AdamW's state, which ZeRO-3 partitions",
+        "gradients.metric=optimizer reads AdamW's state, which ZeRO-3 partitions",
     ),
     "regularization-under-zero3": (
         [

@@ -47,7 +47,7 @@ def zero_runs(request, tmp_path_factory) -> dict[str, Path]:
     # the bufferless step (chosen by auto: the budget is far below the buffers), with activation checkpointing; for
     # full fine-tuning with no tape (the Gram during the backward pass, the update by a second one)
     out = base / "bufferless"
-    update = {"weighting.bufferless_update": UPDATES[request.param]}
+    update = {"gradients.update": UPDATES[request.param]}
     result = run_cli("--config", BASE_CONFIG, *lfmlf_run(out, 2, micro=16, **method, **BUFFERLESS, **update))
     assert result.returncode == 0, result.stderr[-3000:]
     runs["bufferless"] = out
@@ -59,11 +59,11 @@ def zero_runs(request, tmp_path_factory) -> dict[str, Path]:
     return runs
 
 
-UPDATES = {"multi_lora": "tape", "full": "backward"}  # weighting.bufferless_update of each method's bufferless run
+UPDATES = {"multi_lora": "tape", "full": "backward"}  # gradients.update of each method's bufferless run
 BUFFERLESS = {
-    "weighting.gradient_buffers": "auto",
-    "weighting.gradient_buffers_budget_gb": 1e-6,
-    "weighting.bufferless_chunk_mb": 0.05,  # every Linear by windows of its rows, the embedding by touched rows
+    "gradients.buffers": "auto",
+    "gradients.budget_gb": 1e-6,
+    "gradients.chunk_mb": 0.05,  # every Linear by windows of its rows, the embedding by touched rows
     "training.gradient_checkpointing": True,
 }
 
@@ -103,8 +103,8 @@ def test_zero_stages_give_the_same_training(zero_runs, stage):
 @pytest.mark.multiprocess
 @pytest.mark.timeout(600)
 def test_the_bufferless_step_trains_as_the_buffered_one(zero_runs):
-    """weighting.gradient_buffers=auto chose the bufferless step (the log says why) and, with activation
-    checkpointing and its layers formed in chunks of weighting.bufferless_chunk_mb, on one process (and two, for
+    """gradients.buffers=auto chose the bufferless step (the log says why) and, with activation
+    checkpointing and its layers formed in chunks of gradients.chunk_mb, on one process (and two, for
     Multi-LoRA) it gives the buffered step's weights to float32 round-off -- from a tape (Multi-LoRA), and with the
     Gram formed during the backward pass and the update by a second one (full fine-tuning)."""
     runs = [run for run in ("bufferless", "two_bufferless") if run in zero_runs]
@@ -112,13 +112,13 @@ def test_the_bufferless_step_trains_as_the_buffered_one(zero_runs):
     for run in runs:
         log = (zero_runs[run] / "train.log").read_text()
         assert "per-objective gradients bufferless: auto (" in log and "exceed the budget" in log
-        assert "products formed in chunks of at most 51.2 KiB (weighting.bufferless_chunk_mb=0.05)" in log
+        assert "products formed in chunks of at most 51.2 KiB (gradients.chunk_mb=0.05)" in log
         method = zero_runs[run].parent.name.split("-")[1].rstrip("0123456789")  # lfmlf-<method><n>
         update = UPDATES[method]
         assert {
-            "tape": "lfmlf: the update from a tape of the backward pass (weighting.bufferless_update=tape)",
+            "tape": "lfmlf: the update from a tape of the backward pass (gradients.update=tape)",
             "backward": "lfmlf: the Gram formed during the backward pass, the update by a second backward pass of "
-            "the weighted losses (weighting.bufferless_update=backward)",
+            "the weighted losses (gradients.update=backward)",
         }[update] in log, run
         reference, other = weighting_events(zero_runs["zero2"]), weighting_events(zero_runs[run])
         assert len(reference) == len(other) == STEPS and not any("gram_shards" in e for e in other)
@@ -191,12 +191,12 @@ def test_lfmlf_options_train(tmp_path, options):
 
 
 def test_bfloat16_gradient_buffers_train_close_to_full_precision(tmp_path):
-    """weighting.gradient_buffers=bfloat16 reaches the Gram step: each g_t rounded to bfloat16 moves the weights
+    """gradients.buffers=bfloat16 reaches the Gram step: each g_t rounded to bfloat16 moves the weights
     a little (so it was applied), the Gram still being accumulated in float32 keeps them close."""
     events = {}
     for buffers in ("full", "bfloat16"):
         out = tmp_path / buffers
-        result = run_cli("--config", BASE_CONFIG, *lfmlf_run(out, 0, 16, **{"weighting.gradient_buffers": buffers}))
+        result = run_cli("--config", BASE_CONFIG, *lfmlf_run(out, 0, 16, **{"gradients.buffers": buffers}))
         assert result.returncode == 0, result.stderr[-3000:]
         events[buffers] = weighting_events(out)
     gaps = [
@@ -219,16 +219,16 @@ TWO_TASKS = {
     "checkpointing.every_steps": HEADLESS_STEPS,
 }
 BUFFERLESS_MODES = {
-    "tape": {"weighting.gradient_buffers": "none"},
-    "backward": {"weighting.gradient_buffers": "none", "weighting.bufferless_update": "backward"},
+    "tape": {"gradients.buffers": "none"},
+    "backward": {"gradients.buffers": "none", "gradients.update": "backward"},
     "tape_checkpointed_chunked": {
-        "weighting.gradient_buffers": "none",
-        "weighting.bufferless_chunk_mb": 0.05,
+        "gradients.buffers": "none",
+        "gradients.chunk_mb": 0.05,
         "training.gradient_checkpointing": True,
     },
     "backward_checkpointed": {
-        "weighting.gradient_buffers": "none",
-        "weighting.bufferless_update": "backward",
+        "gradients.buffers": "none",
+        "gradients.update": "backward",
         "training.gradient_checkpointing": True,
     },
 }
@@ -238,7 +238,7 @@ def test_steps_where_a_head_has_no_rows_in_every_bufferless_mode(tmp_path):
     """A multi-task run whose steps do not all reach every head trains in each bufferless way as with buffers: the
     same weights every step and the same model at the end (a head without rows once crashed the bufferless update)."""
     runs = {}
-    for mode, options in {"full": {"weighting.gradient_buffers": "full"}, **BUFFERLESS_MODES}.items():
+    for mode, options in {"full": {"gradients.buffers": "full"}, **BUFFERLESS_MODES}.items():
         out = tmp_path / mode
         result = run_cli("--config", BASE_CONFIG, *base_overrides(out, HEADLESS_STEPS, **TWO_TASKS, **options))
         assert result.returncode == 0, (mode, result.stderr[-3000:])

@@ -4,7 +4,7 @@ own averaging has to complete the combination, not a multiple of it: under ZeRO-
 gradient by 1/N, under ZeRO-2 and ZeRO-3 it divides each rank's gradient by N before the reduce-scatter. AdamW and
 gradient clipping would hide a wrong factor (AdamW's update barely depends on the gradient's scale, clipping
 rescales it), so these runs step with plain SGD (no momentum, weight decay, clipping or schedule): Δθ = −lr · Σ_t w_t
-ḡ_t, and each objective's first-order change g_tᵀΔθ (``weighting.descent_check``) and the final weights must equal
+ḡ_t, and each objective's first-order change g_tᵀΔθ (``gradients.descent_check``) and the final weights must equal
 one process's, which holds the per-objective gradients whole and hands the engine the combination itself."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def sgd_run(out: Path, deepspeed_config: str, micro: int) -> list[str]:
             "training.optimizer": {"name": "sgd", "lr": 0.5, "momentum": 0.0, "weight_decay": 0.0},
             "training.scheduler": {"name": "constant"},
             "training.gradient_clipping": None,
-            "weighting.descent_check": True,
+            "gradients.descent_check": True,
             "model.classifier_dropout": 0.0,
             "data.tasks.0.languages": f"[{', '.join(LANGUAGES)}]",
             "logging.every_steps": 1,

@@ -39,7 +39,7 @@ PASSES = {
 
 @pytest.mark.parametrize("method", list(METHODS))
 def test_two_process_zero3_lfmlf_matches_one_process(tmp_path, method):
-    extra = {**METHODS[method], "weighting.descent_check": True}
+    extra = {**METHODS[method], "gradients.descent_check": True}
     one, two = tmp_path / "one", tmp_path / "two"
     result = run_cli("--config", BASE_CONFIG, *lfmlf_run(one, 2, micro=16, **extra), threads=1)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -101,7 +101,7 @@ def test_two_process_zero3_lfmlf_resumes_bit_identically_with_bfloat16_buffers(t
     out = tmp_path / "run"
     zero3 = {
         "training.deepspeed_config": str(partitioned_zero3(tmp_path)),
-        "weighting.gradient_buffers": "bfloat16",
+        "gradients.buffers": "bfloat16",
     }
     result = run_torchrun("--config", BASE_CONFIG, *lfmlf_run(out, 3, micro=8, **zero3))
     assert result.returncode == 0, result.stderr[-5000:]

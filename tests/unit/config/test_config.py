@@ -146,8 +146,8 @@ def test_cli_help_lists_the_sections_and_a_section_its_keys():
     unknown = run_cli("--help", "trainig")
     assert unknown.returncode == 2 and unknown.stdout == ""
     assert unknown.stderr.strip() == (
-        "error: --help 'trainig': no config key is under it; the sections: run, model, data, weighting, training, "
-        "evaluation, checkpointing, logging, corpus, pretrain, forgetting, stability, or all"
+        "error: --help 'trainig': no config key is under it; the sections: run, model, data, weighting, gradients, "
+        "training, evaluation, checkpointing, logging, corpus, pretrain, forgetting, stability, or all"
     )
 
 

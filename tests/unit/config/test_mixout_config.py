@@ -41,8 +41,8 @@ def test_mixout_with_a_gram_weighting_is_refused():
 
 
 def test_mixout_with_the_descent_check_is_refused():
-    with pytest.raises(ConfigError, match="stability.mixout=0.1 with weighting.descent_check: "):
-        load("stability.mixout=0.1", *MEAN, "weighting.descent_check=true")
+    with pytest.raises(ConfigError, match="stability.mixout=0.1 with gradients.descent_check: "):
+        load("stability.mixout=0.1", *MEAN, "gradients.descent_check=true")
 
 
 def test_mixout_off_combines_with_everything():

@@ -1,4 +1,4 @@
-"""bfloat16 per-objective buffers (``weighting.gradient_buffers: bfloat16``): each g_t is rounded to bfloat16, and
+"""bfloat16 per-objective buffers (``gradients.buffers: bfloat16``): each g_t is rounded to bfloat16, and
 nothing else -- the Gram, the combination and the dot products are accumulated in float32/float64, so they equal
 those of the rounded gradients computed in float64 to float32 round-off."""
 

@@ -21,7 +21,7 @@ def _worker(rank: int, port: int) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.distributed.init_process_group("gloo", rank=rank, world_size=WORLD)
     try:
-        for dtype in (torch.float32, torch.bfloat16):  # gradient_buffers: full, bfloat16
+        for dtype in (torch.float32, torch.bfloat16):  # gradients.buffers: full, bfloat16
             _check_rank(rank, dtype)
     finally:
         torch.distributed.destroy_process_group()
@@ -143,7 +143,7 @@ CHUNKED = 16 * OBJECTIVES * 4
 
 
 def _check_layerwise(rank, reference, cases, on_reference, weights, vectors, reference_of, chunk_bytes) -> None:
-    """The bufferless path (weighting.gradient_buffers: none) on the same ranks and micro-batches: each layer's
+    """The bufferless path (gradients.buffers: none) on the same ranks and micro-batches: each layer's
     products formed from the tape after the backward passes, reduce-scattered, its partial Gram added; the same
     answers, identical on both ranks; what it hands the engine averages to the combination. ``chunk_bytes``: also
     with every layer formed in chunks."""

@@ -63,8 +63,8 @@ def test_floored_run_with_a_dominant_objective_is_described_without_the_collapse
 
 
 def test_descent_check_and_metric_are_reported():
-    """With weighting.descent_check the section counts the steps whose applied update decreased every objective
-    (an absent objective's NaN left out of its fraction); with weighting.metric=optimizer it says in which inner
+    """With gradients.descent_check the section counts the steps whose applied update decreased every objective
+    (an absent objective's NaN left out of its fraction); with gradients.metric=optimizer it says in which inner
     product ‖d‖² and the certificate are."""
     nan = float("nan")
     changes = [(-1.0, -2.0), (-1.0, 0.5), (-1.0, nan), (0.1, -0.2)]

@@ -11,7 +11,8 @@ def test_the_setup_table_says_how_the_run_was_set_up():
     config = validate_config(
         {
             "data": {"tasks": [{"name": "xnli", "languages": ["en", "de"]}], "dev_split": 0.25},
-            "weighting": {"method": "lfmlf", "options": {"floor": 0.1}, "metric": "optimizer"},
+            "weighting": {"method": "lfmlf", "options": {"floor": 0.1}},
+            "gradients": {"metric": "optimizer"},
             "training": {"micro_batch_size": 4, "gradient_accumulation_steps": 2},
         },
         source="test",

@@ -110,25 +110,23 @@ def config_with(tmp_path, *overrides: str):
 
 
 def test_config_options(tmp_path):
-    assert config_with(tmp_path).weighting.metric == "euclidean"  # plain LF-MLF by default
-    assert not config_with(tmp_path).weighting.descent_check
-    config = config_with(tmp_path, "weighting.metric=optimizer", "weighting.descent_check=true")
-    assert config.weighting.metric == "optimizer" and config.weighting.per_objective_gradients()
+    assert config_with(tmp_path).gradients.metric == "euclidean"  # plain LF-MLF by default
+    assert not config_with(tmp_path).gradients.descent_check
+    config = config_with(tmp_path, "gradients.metric=optimizer", "gradients.descent_check=true")
+    assert config.gradients.metric == "optimizer" and config.per_objective_gradients()
     # with SGD the optimizer's metric is the Euclidean one: accepted (and the run says so)
-    assert config_with(tmp_path, "weighting.metric=optimizer", "training.optimizer.name=sgd").weighting.metric
+    assert config_with(tmp_path, "gradients.metric=optimizer", "training.optimizer.name=sgd").gradients.metric
     # mean + descent_check: per-objective gradients without a Gram
-    assert config_with(
-        tmp_path, "weighting.method=mean", "weighting.descent_check=true"
-    ).weighting.per_objective_gradients()
-    assert not config_with(tmp_path, "weighting.method=mean").weighting.per_objective_gradients()
+    assert config_with(tmp_path, "weighting.method=mean", "gradients.descent_check=true").per_objective_gradients()
+    assert not config_with(tmp_path, "weighting.method=mean").per_objective_gradients()
 
 
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (["weighting.method=mean", "weighting.metric=optimizer"], "reads no Gram"),
-        (["weighting.metric=adam"], "metric"),
-        (["weighting.method=mean", "weighting.descent_check=true", "model.adapter.method=lora"], "descent_check"),
+        (["weighting.method=mean", "gradients.metric=optimizer"], "reads no Gram"),
+        (["gradients.metric=adam"], "metric"),
+        (["weighting.method=mean", "gradients.descent_check=true", "model.adapter.method=lora"], "descent_check"),
     ],
 )
 def test_config_refusals(tmp_path, overrides, message):

@@ -1,4 +1,4 @@
-"""weighting.gradient_buffers: auto -- the buffers' bytes by formula (a ZeRO-3 partition counted at its full shape)
+"""gradients.buffers: auto -- the buffers' bytes by formula (a ZeRO-3 partition counted at its full shape)
 and the choice against a budget, with the reason for the log."""
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ MODES = {"buffered": (False, False), "bufferless": (True, False), "second_backwa
 @pytest.mark.parametrize("mode", sorted(MODES))
 @pytest.mark.parametrize("rows", ["mixed", "one_head"])
 def test_the_same_gram_and_update_with_checkpointing(tmp_path, kind, mode, rows):
-    """With the second backward pass (bufferless_update: backward) the checkpointed layers are recomputed twice,
+    """With the second backward pass (gradients.update: backward) the checkpointed layers are recomputed twice,
     once in each backward pass, and hand their input over both times. ``one_head``: the second task's head runs on
     no rows."""
     layout = {"mixed": MIXED, "one_head": ONE_HEAD}[rows]

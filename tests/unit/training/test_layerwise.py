@@ -1,4 +1,4 @@
-"""The bufferless Gram step (weighting.gradient_buffers: none) against the buffered one, in float64: the same Gram
+"""The bufferless Gram step (gradients.buffers: none) against the buffered one, in float64: the same Gram
 the weighting sees, the same update the engine receives, the same dot products -- for full fine-tuning, LoRA,
 Multi-LoRA, the MHLoss heads and a layer defined outside mtft, on mixed, padded batches, over several micro-batches,
 in the optimizer's metric and with a floor; and no T × P buffer held."""
@@ -34,7 +34,7 @@ def steps(model, bufferless: bool, weights, engine=None, **options):
 def run_both(make, tmp_path, micro_batches, weights=(0.5, 0.2, 0.3), chunked=False, second_backward=False, **options):
     """The buffered and the bufferless step on copies of one model: (gram, update, result) of each. ``chunked``:
     the bufferless step forms its layers in chunks (:func:`small_chunks`); ``second_backward``: it forms the Gram
-    during the backward pass and the update by a second one (``bufferless_update: backward``)."""
+    during the backward pass and the update by a second one (``gradients.update: backward``)."""
     out = []
     for bufferless in (False, True):
         model, tok = make(tmp_path / str(bufferless))
@@ -70,7 +70,7 @@ SECOND_BACKWARD = [(kind, rows, True) for kind in sorted(MODELS) for rows in sor
 
 @pytest.mark.parametrize("kind, rows, chunked", SECOND_BACKWARD)
 def test_the_gram_during_the_backward_pass_and_a_second_backward(tmp_path, kind, rows, chunked):
-    """bufferless_update: backward -- no tape; the Gram formed at each layer's hook, the update from a second backward
+    """gradients.update: backward -- no tape; the Gram formed at each layer's hook, the update from a second backward
     pass of the weighted losses: the buffered step's Gram and update, to float64 round-off."""
     (gram, update, _, _), (gram_l, update_l, _, step) = run_both(
         MODELS[kind], tmp_path, [ROWS[rows]], chunked=chunked, second_backward=True
@@ -104,7 +104,7 @@ def test_the_second_backward_refuses_what_it_cannot_form(tmp_path):
     model = model.double()
     params = [p for p in model.parameters() if p.requires_grad]
     for override, message in [
-        ({"micro_batches": 2}, "exact for one micro-batch a step .* use weighting.bufferless_update=tape"),
+        ({"micro_batches": 2}, "exact for one micro-batch a step .* use gradients.update=tape"),
         ({"descent_check": True}, "re-forms the per-objective products after the step"),
     ]:
         with pytest.raises(ConfigError, match=message):
@@ -117,7 +117,7 @@ def test_the_second_backward_refuses_what_it_cannot_form(tmp_path):
     intermediate = model.encoder.encoder.layer[0].intermediate
     dense, act = intermediate.dense, intermediate.intermediate_act_fn
     intermediate.forward = lambda h: act(2 * dense(h) - dense(h))  # the same output, its Linear run twice
-    with pytest.raises(RuntimeError, match="ran twice in one step: .* use weighting.bufferless_update=tape"):
+    with pytest.raises(RuntimeError, match="ran twice in one step: .* use gradients.update=tape"):
         step([make_batch(tok, **MIXED)])
 
 

@@ -104,11 +104,11 @@ CASES = {
     ),
     "second backward under ZeRO-3": (
         lambda t: {
-            "weighting": {"gradient_buffers": "none", "bufferless_update": "backward"},
+            "gradients": {"buffers": "none", "update": "backward"},
             "training": {"deepspeed_config": str(REPO / "configs/deepspeed/zero3.json")},
         },
         ConfigError,
-        "bufferless_update=backward runs a second backward pass .* ZeRO-3 does not gather",
+        "gradients.update=backward runs a second backward pass .* ZeRO-3 does not gather",
     ),
     "backbone folder missing": (
         lambda t: {"model": {"backbone": str(t / "model")}},
@@ -170,11 +170,11 @@ def test_backbone_locations(tmp_path, monkeypatch):
 
 
 def test_the_second_backward_is_refused_on_several_processes(tmp_path, nothing_heavy, monkeypatch):
-    """weighting.bufferless_update=backward forms each layer's Gram part before the ranks' products could be summed:
+    """gradients.update=backward forms each layer's Gram part before the ranks' products could be summed:
     refused on two processes whenever the bufferless step may be chosen (none, auto), before anything starts."""
     monkeypatch.setenv("WORLD_SIZE", "2")
     for buffers in ("none", "auto"):
-        run = trainer.Run(config(tmp_path, weighting={"gradient_buffers": buffers, "bufferless_update": "backward"}))
-        with pytest.raises(ConfigError, match=r"runs on one process \(2 launched\).*bufferless_update=tape"):
+        run = trainer.Run(config(tmp_path, gradients={"buffers": buffers, "update": "backward"}))
+        with pytest.raises(ConfigError, match=r"runs on one process \(2 launched\).*gradients.update=tape"):
             run.execute()
     assert not (tmp_path / "run").exists()

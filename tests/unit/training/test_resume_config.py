@@ -34,8 +34,8 @@ def test_a_run_written_before_typed_adapter_options_and_new_keys_resumes(tmp_pat
         # the one flat section of earlier versions wrote every adapter key, Multi-LoRA's beside LoRA's
         saved["model"]["adapter"].update(granularity="task", init_a="peft")
         del saved["training"]["gradient_checkpointing"]  # keys added since
-        del saved["weighting"]["gradient_buffers_budget_gb"]
-        del saved["weighting"]["bufferless_update"]
+        del saved["gradients"]["budget_gb"]
+        del saved["gradients"]["update"]
 
     config = interrupted_run(tmp_path, older)
     assert check_output_dir(config) is None  # no checkpoint yet: resumes from the start, no refusal

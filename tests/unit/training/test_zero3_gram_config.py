@@ -23,7 +23,7 @@ def zero3_config(*overrides: str):
     [
         ["weighting.method=lfmlf"],
         ["weighting.method=pcgrad"],
-        ["weighting.method=mean", "weighting.descent_check=true"],
+        ["weighting.method=mean", "gradients.descent_check=true"],
     ],
 )
 def test_per_objective_gradients_are_accepted_under_zero3(monkeypatch, overrides):
@@ -36,8 +36,8 @@ def test_per_objective_gradients_are_accepted_under_zero3(monkeypatch, overrides
 
 def test_the_optimizer_metric_is_refused_under_zero3(monkeypatch):
     monkeypatch.chdir(REPO)
-    config = zero3_config("weighting.method=lfmlf", "weighting.metric=optimizer")
-    with pytest.raises(ConfigError, match=r"weighting.metric=optimizer .* ZeRO stage 0, 1 or 2 \(not 3") as error:
+    config = zero3_config("weighting.method=lfmlf", "gradients.metric=optimizer")
+    with pytest.raises(ConfigError, match=r"gradients.metric=optimizer .* ZeRO stage 0, 1 or 2 \(not 3") as error:
         deepspeed_config(config, world_size=2)
     assert "\n" not in str(error.value)
     config.training.deepspeed_config = "configs/deepspeed/zero2.json"
