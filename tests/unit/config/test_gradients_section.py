@@ -15,7 +15,8 @@ from mtft.config.run_config import RunConfig
 from mtft.config.schema import MOVED_TO_GRADIENTS, GradientsSection, WeightingSection
 from mtft.core.errors import ConfigError
 from mtft.study.plan import config_difference
-from tests.conftest import BASE_CONFIG, REPO
+from tests.helpers.launch import REPO
+from tests.helpers.runs import BASE_CONFIG
 
 #: an old key under weighting, a value of it that the new key accepts, and the new key
 OLD_KEYS = [
