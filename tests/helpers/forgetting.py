@@ -19,7 +19,6 @@ from mtft.models.tokenizer import tiny_tokenizer
 from tests.helpers.models import tiny_model
 
 
-# ---------------------------------------------------------------------------------------------------------
 def tiny_mlm(tmp_path, dtype=torch.float64):
     tok = tiny_tokenizer(["alpha beta gamma delta", "epsilon zeta eta theta", "iota kappa lambda mu"] * 5, 60, tmp_path)
     cfg = XLMRobertaConfig(

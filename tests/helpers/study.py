@@ -10,8 +10,7 @@ import yaml
 from mtft.study.aggregate import run_record
 from mtft.study.plan import plan_runs
 from mtft.study.spec import load_study
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers.launch import REPO
 
 
 def write_study(tmp_path: Path, **fields) -> Path:

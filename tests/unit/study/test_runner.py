@@ -22,8 +22,8 @@ from mtft.study.jobs import RunJob
 from mtft.study.runner import run_study
 from mtft.study.spec import load_study
 from mtft.study.state import open_study_dir, read_status, record_attempt, record_launch, status_path
+from tests.helpers.launch import REPO
 
-REPO = Path(__file__).resolve().parents[3]
 SOURCE = {"source": "aaaaaaaaaaaa", "commit": None}
 
 

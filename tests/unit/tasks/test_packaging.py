@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
+from tests.helpers.launch import REPO
+
 SOURCES = ("setup.cfg", "pyproject.toml", "README.md", "mtft", "tasks")
 
 
