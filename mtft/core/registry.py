@@ -10,7 +10,8 @@ one mapping of tuner classes and torchtune one ``_component_`` loader:
 - outside code adds its own with :meth:`Registry.register` (a class decorator) or :meth:`Registry.add` (a class or a
   ``"module:Class"`` reference, imported when first asked for);
 - a name taken by another class is refused (registering the same class again, e.g. on re-importing its module, is
-  a no-op); a name is a non-empty string without ``:``;
+  a no-op, and so is the same class of the same plug-in file imported from another copy of it: a run's saved
+  plug-in code, read after training it in the same Python); a name is a non-empty string without ``:``;
 - every class, registered or loaded, is checked to be a subclass of the registry's base;
 - where the kind allows it, a ``module:Class`` that is not registered is imported on demand (nothing to register);
 - every failure is one ValueError line, and an unknown name's lists the valid names; an option that the chosen
@@ -26,6 +27,7 @@ import contextlib
 import contextvars
 import importlib
 import sys
+from pathlib import Path
 from typing import Any, Callable, Generic, Iterator, Mapping, Optional, TypeVar, Union
 
 from pydantic import BaseModel, ValidationError
@@ -53,6 +55,24 @@ def qualified(entry: Entry) -> str:
     if isinstance(entry, Lazy):
         entry = entry.load()
     return entry.replace(":", ".") if isinstance(entry, str) else f"{entry.__module__}.{entry.__qualname__}"
+
+
+def same_code(taken: Entry, entry: Entry) -> bool:
+    """Whether two classes are one class of one plug-in file imported twice under two module names: the same name
+    in modules whose files hold the same bytes. A plug-in beside a task file is imported under a name made from its
+    folder (mtft.tasks.declarative), and a run keeps a copy of it in a folder of its own, so training a run and then
+    loading it in one Python (a notebook, a script) imports the same code twice; other code under the name is
+    still refused."""
+    if not (isinstance(taken, type) and isinstance(entry, type)) or taken.__qualname__ != entry.__qualname__:
+        return False
+    files = [getattr(sys.modules.get(cls.__module__), "__file__", None) for cls in (taken, entry)]
+    if None in files:
+        return False
+    try:
+        first, second = (Path(file).read_bytes() for file in files)
+    except OSError:
+        return False
+    return first == second
 
 
 #: why plug-in code may not be imported now (None: it may): set while mtft reads a folder it did not write
@@ -139,7 +159,7 @@ class Registry(Generic[T]):
             except ValueError as error:
                 raise ValueError(f"{self.kind} {name!r}: {error}") from None
         taken = self._entries.get(name)
-        if taken is not None and qualified(taken) != qualified(entry):
+        if taken is not None and qualified(taken) != qualified(entry) and not same_code(taken, entry):
             raise ValueError(f"{self.kind} name {name!r} is taken by {qualified(taken)}")
         if taken is None or not isinstance(taken, type):
             self._entries[name] = entry

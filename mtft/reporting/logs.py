@@ -6,6 +6,7 @@ import contextlib
 import json
 import logging
 import math
+import sys
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
@@ -17,7 +18,21 @@ logger = logging.getLogger("mtft")
 class ConsoleHandler(logging.StreamHandler):
     """The console's log lines, written through ``tqdm.write``: a line printed while a progress bar is drawn (the
     run's, pre-training's, predict's) clears the bar, takes a line of its own and the bar is drawn again below it,
-    instead of the two breaking into each other ("[\nmtft] ...")."""
+    instead of the two breaking into each other ("[\nmtft] ..."). They go to ``sys.stderr`` as it is when each line
+    is written, as logging's own last-resort handler does: a run started from Python after the caller redirected
+    ``sys.stderr`` (a notebook cell, ``contextlib.redirect_stderr``) writes where the caller sees it, not into the
+    stream that was current when the first run attached the handler."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)
+
+    @property
+    def stream(self):  # noqa: ANN201 -- a text stream
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:  # noqa: ANN001 -- logging.StreamHandler.setStream assigns it
+        pass
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -50,20 +65,29 @@ class _Held(logging.Handler):
 
 @contextlib.contextmanager
 def held_log_lines() -> Iterator[None]:
-    """Keep the log's lines in memory for the ``with`` block: :func:`add_file_log` writes them to ``train.log``
-    first, with their own times, and a run refused before it attaches the file (a resume whose checkpoints all fail
-    to load) leaves ``train.log`` untouched; whatever was never written is dropped at the end of the block."""
+    """Keep the log's lines in memory for the ``with`` block (a run, start to end): :func:`add_file_log` writes them
+    to ``train.log`` first, with their own times, and a run refused before it attaches the file (a resume whose
+    checkpoints all fail to load) leaves ``train.log`` untouched; whatever was never written is dropped at the end
+    of the block, and the run's ``train.log`` is closed there, so that a second run in the same Python (a notebook,
+    a sweep driven from a script) does not write its lines into the first run's log."""
+    before = set(logger.handlers)  # a block inside another (a backbone pre-trained for a run) ends only its own
     held = _Held()
     logger.addHandler(held)
     try:
         yield
     finally:
-        logger.removeHandler(held)
+        for handler in [h for h in logger.handlers if h not in before and isinstance(h, (_Held, _RunFile))]:
+            logger.removeHandler(handler)
+            handler.close()
+
+
+class _RunFile(logging.FileHandler):
+    """A run's ``train.log``, closed when the run ends (:func:`held_log_lines`)."""
 
 
 def add_file_log(run_dir: Path) -> None:
     """Log to ``run_dir/train.log`` (appending) from now on, after the lines held so far."""
-    handler = logging.FileHandler(run_dir / "train.log", encoding="utf-8")
+    handler = _RunFile(run_dir / "train.log", encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     for held in [h for h in logger.handlers if isinstance(h, _Held)]:
         logger.removeHandler(held)

@@ -15,7 +15,7 @@ import torch
 import yaml
 
 from mtft.training.restore import load_run
-from tests.helpers.launch import REPO, run_cli
+from tests.helpers.launch import REPO, launch_cli
 from tests.helpers.plugin_kind import write_kind_task
 
 pytestmark = pytest.mark.timeout(600)
@@ -53,7 +53,7 @@ def run_loo_study(tmp_path: Path, steps: int, overrides: dict, **study: object):
     path.write_text(yaml.safe_dump(spec), encoding="utf-8")
     # the study and its runs forked from the warm Python (a study launched cold starts its runs cold too); its 2
     # workers wait for the other multi-process launches
-    done = run_cli("study", "--config", str(path), processes=2, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    done = launch_cli("study", "--config", str(path), processes=2, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     assert done.returncode == 0, done.stderr[-3000:]
     return out, done
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers.launch import REPO, run_cli
+from tests.helpers.launch import REPO, launch_cli
 from tests.helpers.runs import read_jsonl
 
 BUDGETS = [1024, 4096]  # 2 and 8 steps of 16 x 32 tokens
@@ -44,7 +44,7 @@ def finished(tmp_path_factory) -> Path:
     }
     path = folder / "overtraining.yaml"
     path.write_text(yaml.safe_dump(spec))
-    done = run_cli(  # forked from the warm Python, as its runs then are (a study launched cold starts them cold)
+    done = launch_cli(  # forked from the warm Python, as its runs then are (a study launched cold starts them cold)
         "study",
         "--config",
         str(path),

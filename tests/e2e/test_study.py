@@ -22,7 +22,7 @@ import pytest
 from scipy import stats
 
 from mtft.core.runlock import lock_path
-from tests.helpers.launch import MULTIPROCESS, REPO, THREADS, WARM, clean_env, kill_tree, run_cli
+from tests.helpers.launch import MULTIPROCESS, REPO, THREADS, WARM, clean_env, kill_tree, launch_cli
 
 STUDY = "configs/studies/tiny.yaml"
 CELLS = ["lr-0.001_method-mean", "lr-0.001_method-lfmlf", "lr-0.003_method-mean", "lr-0.003_method-lfmlf"]
@@ -42,7 +42,7 @@ SHORTER = [
 def study(out: Path, *args: str, timeout: float = 600, runs: bool = True) -> subprocess.CompletedProcess:
     """``run.py study`` on the shortened tiny study; one that ``runs`` (two at a time: the study's local workers, or
     one two-process job) waits for the other multi-process launches."""
-    return run_cli(
+    return launch_cli(
         "study", "--config", STUDY, f"output_dir={out}", *SHORTER, *args, timeout=timeout, processes=2 if runs else 1
     )
 

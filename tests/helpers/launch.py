@@ -1,7 +1,11 @@
-"""How the tests launch ``run.py`` and other commands, and share the machine while they do.
+"""How the tests run ``run.py`` and other commands, and share the machine while they do.
 
-- :func:`run_cli` / :func:`run_script`: ``python SCRIPT ARGS``, forked from the test process's warm Python
-  (:class:`WarmPython`, tests/helpers/warm_python.py) or, with ``MTFT_TESTS_COLD=1``, a fresh interpreter;
+- :func:`run_cli`: ``python run.py ARGS`` inside the test process (tests/helpers/in_process.py), for a test of
+  what a run does; ``MTFT_TESTS_PROCESSES=1`` gives each a process of its own instead;
+- :func:`launch_cli` / :func:`run_script`: ``python SCRIPT ARGS`` in a process of its own, for a test where the
+  process is the point (a signal, an exit by a signal, a study's jobs, a process killed or stopped), forked from the
+  test process's warm Python (:class:`WarmPython`, tests/helpers/warm_python.py) or, with ``MTFT_TESTS_COLD=1``, a
+  fresh interpreter;
 - :func:`run_torchrun`: ``torchrun --nproc_per_node N run.py ARGS``;
 - :func:`run_process`: any command, killed with every process below it on a timeout.
 
@@ -141,10 +145,26 @@ def _one_thread(rank: int, worker, args: tuple) -> None:
     worker(rank, *args)
 
 
-def run_cli(
+def run_cli(*args: str, threads: int = THREADS, timeout: float = 600, **env: str) -> subprocess.CompletedProcess:
+    """``python run.py ARGS`` from the repository root, run inside the test process (tests/helpers/in_process.py):
+    for a test of what a run does, not of the process it runs in. ``MTFT_TESTS_PROCESSES=1`` launches each in a
+    process of its own (:func:`launch_cli`) instead: the check that running in-process changes nothing. ``timeout``
+    limits a launched run; one in the test process is under the test's own limit (pytest-timeout)."""
+    if os.environ.get("MTFT_TESTS_PROCESSES") == "1":
+        return launch_cli(*args, threads=threads, timeout=timeout, **env)
+    from tests.helpers.in_process import run_in_process
+
+    start = time.perf_counter()
+    result = run_in_process(list(args), clean_env(OMP_NUM_THREADS=str(threads), **env), threads, REPO)
+    log_launch("run.py", list(args), time.perf_counter() - start, in_process=True)
+    return result
+
+
+def launch_cli(
     *args: str, threads: int = THREADS, timeout: float = 600, processes: int = 1, **env: str
 ) -> subprocess.CompletedProcess:
-    """``python run.py ARGS`` from the repository root."""
+    """``python run.py ARGS`` from the repository root in a process of its own: for a test where the process is the
+    point (a signal, an exit status a signal sets, a study's jobs, a process killed or stopped)."""
     return run_script("run.py", *args, threads=threads, timeout=timeout, processes=processes, **env)
 
 
@@ -186,12 +206,13 @@ def run_launcher(module: str, *args: str, timeout: float = 600) -> subprocess.Co
         return WARM.run(module, list(args), environment, 1, timeout, module=True)
 
 
-def log_launch(script: str, argv: list[str], seconds: float) -> None:
-    """With ``MTFT_TESTS_LAUNCH_LOG=FILE`` (bench/test_suite.py sets it), one JSON line per warm launch: the test,
-    the command and its seconds, the part of a test's time that its launches are."""
+def log_launch(script: str, argv: list[str], seconds: float, in_process: bool = False) -> None:
+    """With ``MTFT_TESTS_LAUNCH_LOG=FILE`` (bench/test_suite.py sets it), one JSON line per run, in-process or
+    warm: the test, the command and its seconds, the part of a test's time that its runs are."""
     path = os.environ.get("MTFT_TESTS_LAUNCH_LOG")
     if path:
         line = {"test": os.environ.get("PYTEST_CURRENT_TEST", ""), "command": [script, *argv], "seconds": seconds}
+        line["in_process"] = in_process
         with open(path, "a") as log:
             log.write(json.dumps(line) + "\n")
 

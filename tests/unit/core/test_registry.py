@@ -4,6 +4,7 @@ checked, and an unknown name's error lists the valid names."""
 
 from __future__ import annotations
 
+import importlib
 import sys
 import textwrap
 
@@ -99,6 +100,26 @@ def test_a_name_taken_by_another_class_is_refused_and_the_same_class_again_is_no
     existing = next(name for name in registry.names() if name != "clash")
     with pytest.raises(ValueError, match="is taken by"):
         registry.add(existing, f"{module}:Other")
+
+
+def test_the_same_plug_in_file_imported_under_another_name_is_the_same_class(kind, tmp_path):
+    """A run keeps a copy of its plug-in code: training it and then loading it in one Python imports the same file
+    twice, under two module names. The copy's class takes the name; a copy whose code differs is still refused."""
+    registry, module = kind
+    registry.add("copied", importlib.import_module(module).Plugin)  # as a plug-in's register call does
+    source = (tmp_path / f"{module}.py").read_text()
+    for copy, text, accepted in ((f"{module}_copy", source, True), (f"{module}_changed", source + "\n# x\n", False)):
+        (tmp_path / f"{copy}.py").write_text(text)
+        try:
+            plugin = importlib.import_module(copy).Plugin
+            if accepted:
+                registry.add("copied", plugin)
+            else:
+                with pytest.raises(ValueError, match=rf"name 'copied' is taken by {module}\.Plugin$"):
+                    registry.add("copied", plugin)
+        finally:
+            sys.modules.pop(copy, None)
+    assert registry.get("copied").__module__ == module  # the first stays: the copy is the same code
 
 
 def test_the_base_class_is_checked_for_every_entry(kind):
