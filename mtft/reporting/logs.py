@@ -21,14 +21,15 @@ class ConsoleHandler(logging.StreamHandler):
     instead of the two breaking into each other ("[\nmtft] ..."). They go to ``sys.stderr`` as it is when each line
     is written, as logging's own last-resort handler does: a run started from Python after the caller redirected
     ``sys.stderr`` (a notebook cell, ``contextlib.redirect_stderr``) writes where the caller sees it, not into the
-    stream that was current when the first run attached the handler."""
+    stream that was current when the first run attached the handler. A handler given a ``stream`` writes there."""
 
-    def __init__(self) -> None:
+    def __init__(self, stream=None) -> None:  # noqa: ANN001 -- a text stream; None: sys.stderr at each line
         logging.Handler.__init__(self)
+        self._fixed = stream
 
     @property
     def stream(self):  # noqa: ANN201 -- a text stream
-        return sys.stderr
+        return self._fixed if self._fixed is not None else sys.stderr
 
     @stream.setter
     def stream(self, value) -> None:  # noqa: ANN001 -- logging.StreamHandler.setStream assigns it

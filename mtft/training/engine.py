@@ -9,8 +9,9 @@ dresses its settings up as the other's.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from transformers import get_scheduler
@@ -111,3 +112,20 @@ def initialize(model: torch.nn.Module, spec: EngineSpec):
         model=model, optimizer=optimizer, lr_scheduler=scheduler, config=spec.deepspeed
     )
     return engine
+
+
+@contextlib.contextmanager
+def deepspeed_patches_undone() -> Iterator[None]:
+    """A run's block (start to end) after which the process's ``torch.nn.functional.linear`` is the one it had before.
+
+    A ZeRO-3 engine replaces it with DeepSpeed's memory-efficient linear for the rest of the process ("This will
+    persist unless manually reset", ``deepspeed.runtime.zero.partition_parameters``): a second run in the same Python
+    (a notebook, a sweep driven from a script) would otherwise compute every linear layer through DeepSpeed's
+    autograd function, a ZeRO-3 run's or not. A block inside another one restores what it found."""
+    import torch.nn.functional as F
+
+    linear = F.linear
+    try:
+        yield
+    finally:
+        F.linear = linear

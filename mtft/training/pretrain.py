@@ -46,7 +46,7 @@ from mtft.models.tokenizer import load_backbone_tokenizer, tiny_tokenizer
 from mtft.reporting.logs import MetricsLog, add_file_log, held_log_lines, logger, setup_console_logging
 from mtft.tasks.base import DatasetRef
 from mtft.training import checkpoint as ckpt
-from mtft.training.engine import initialize, masked_lm_engine
+from mtft.training.engine import deepspeed_patches_undone, initialize, masked_lm_engine
 from mtft.training.rundir import create_run_dir
 from mtft.training.stage_cache import content_digest, from_cache_or_fill, stage_key
 
@@ -360,7 +360,7 @@ class PretrainRun:
         proc = init_distributed()
         quiet_progress()
         setup_console_logging(proc.is_main)
-        with held_log_lines():  # train.log gets them once the run directory is written
+        with held_log_lines(), deepspeed_patches_undone():  # train.log gets them once the run directory is written
             return self._execute(proc)
 
     def _execute(self, proc: ProcessInfo) -> Path:

@@ -31,6 +31,7 @@ from mtft.reporting.run_tables import objectives_table, setup_table
 from mtft.reporting.window import TrainWindow
 from mtft.training import checkpoint as ckpt
 from mtft.training.build import RunParts, accept, build_run
+from mtft.training.engine import deepspeed_patches_undone
 from mtft.training.preflight import preflight
 from mtft.training.pretrain import backbone_log_row, backbone_pretraining, pretraining_summary
 from mtft.training.selection import Selection
@@ -48,7 +49,7 @@ class Run:
         resume_from = preflight(self.config)  # every cheap check, before the process group and DeepSpeed start
         proc = init_distributed()
         setup_console_logging(proc.is_main)
-        with held_log_lines():  # train.log gets them once the run is accepted (mtft.training.build.accept)
+        with held_log_lines(), deepspeed_patches_undone():  # train.log: once the run is accepted (build.accept)
             parts = build_run(self.config, proc, resuming=resume_from is not None)
             return Training(self.config, parts, resuming=resume_from is not None).run()
 

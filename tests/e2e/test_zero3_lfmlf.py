@@ -80,8 +80,10 @@ def test_one_process_zero3_lfmlf_matches_zero2(tmp_path):
     result = run_cli("--config", BASE_CONFIG, *lfmlf_run(zero2, 2, micro=16), threads=1)
     assert result.returncode == 0, result.stderr[-3000:]
     config = {"training.deepspeed_config": str(partitioned_zero3(tmp_path)), "training.gradient_checkpointing": True}
+    linear = torch.nn.functional.linear
     result = run_cli("--config", BASE_CONFIG, *lfmlf_run(zero3, 3, micro=16, **config), threads=1)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert torch.nn.functional.linear is linear  # in this process (run_cli): not DeepSpeed's ZeRO-3 linear after it
     log = (zero3 / "train.log").read_text()
     assert "(0 under DeepSpeed's persistence threshold" in log and "(activation checkpointing)" in log
     a, b = weighting_events(zero2), weighting_events(zero3)

@@ -52,7 +52,8 @@ def _file_handlers(logger):
 
 
 def test_log_lines_are_held_until_the_run_is_accepted(tmp_path):
-    """train.log gets the lines logged before it was attached, in order; a run refused before that writes none."""
+    """train.log gets the lines logged before it was attached, in order; a run refused before that writes none; the
+    file is closed when the run's block ends."""
     from mtft.reporting.logs import add_file_log, held_log_lines
 
     logger = logging.getLogger("mtft")
@@ -71,14 +72,14 @@ def test_log_lines_are_held_until_the_run_is_accepted(tmp_path):
             logger.warning("checkpoint step-4 is damaged")
             add_file_log(tmp_path)
             logger.info("resumed")
-        logger.info("after the block")  # the file stays attached for the rest of the run
+        logger.info("after the block")  # the run has ended: its train.log is closed, a later run's lines stay out
         lines = (tmp_path / "train.log").read_text().splitlines()
         assert [line.split(" ", 2)[2] for line in lines] == [
             "INFO loaded the data again",  # nothing of the refused attempt: its held lines were dropped
             "WARNING checkpoint step-4 is damaged",
             "INFO resumed",
-            "INFO after the block",
         ]
+        assert _file_handlers(logger) == attached
     finally:
         for handler in _file_handlers(logger):
             if handler not in attached:
