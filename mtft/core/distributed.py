@@ -1,8 +1,8 @@
 """Process-group set-up for every launch mode.
 
 ``torchrun`` and the ``deepspeed`` launcher export RANK/WORLD_SIZE/LOCAL_RANK/MASTER_*; a plain
-``python run.py`` exports nothing, so we set up a one-process group on a free local port ourselves.
-DeepSpeed then picks its accelerator (CPU here, with gloo) and backend by itself.
+``python run.py`` exports nothing, so we set up a one-process group ourselves, on an in-memory store: it has no
+peer to meet, so it binds no port. DeepSpeed then picks its accelerator (CPU here, with gloo) by itself.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import contextlib
 import io
 import json
 import os
-import socket
 import time
 import warnings
 from dataclasses import dataclass
@@ -31,15 +30,9 @@ class ProcessInfo:
 
 
 def init_distributed() -> ProcessInfo:
-    if "RANK" not in os.environ:
-        os.environ.update(
-            RANK="0",
-            LOCAL_RANK="0",
-            WORLD_SIZE="1",
-            LOCAL_WORLD_SIZE="1",
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(_free_port()),
-        )
+    alone = "RANK" not in os.environ  # no launcher: a one-process run
+    if alone:
+        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
     info = ProcessInfo(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0)))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", info.world_size))
     if local_world > 1 and "OMP_NUM_THREADS" not in os.environ:
@@ -51,10 +44,23 @@ def init_distributed() -> ProcessInfo:
 
     no_shared_memory_op()
     if not torch.distributed.is_initialized():
+        if alone:
+            _one_process_group()
         # DeepSpeed may print on stdout in every process (its op builds); the first process's lines are enough
         with contextlib.nullcontext() if info.is_main else contextlib.redirect_stdout(io.StringIO()):
-            deepspeed.init_distributed(verbose=False)
+            deepspeed.init_distributed(verbose=False)  # takes over a group that exists
     return info
+
+
+def _one_process_group() -> None:
+    """The group of a run without a launcher, on DeepSpeed's backend for the accelerator (gloo on CPU, NCCL on CUDA)
+    and an in-memory store. ``env://`` would need a free port, picked here and bound a moment later by the store:
+    another process can take it in between (a study starts its runs side by side), and the run then fails with
+    "address already in use"."""
+    from deepspeed.accelerator import get_accelerator
+
+    backend = get_accelerator().communication_backend_name()
+    torch.distributed.init_process_group(backend, store=torch.distributed.HashStore(), rank=0, world_size=1)
 
 
 def no_shared_memory_op() -> None:
@@ -69,12 +75,6 @@ def no_shared_memory_op() -> None:
     backend = importlib.import_module("deepspeed.comm.torch")
     if hasattr(backend, "build_shm_op"):
         backend.build_shm_op = lambda: None
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
