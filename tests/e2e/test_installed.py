@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers.checkout_wheel import build_wheel
 from tests.helpers.launch import REPO, clean_env
 from tests.helpers.runs import read_jsonl
 
@@ -21,17 +22,11 @@ ROWS = 24
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory) -> Path:
     """A virtual environment with the wheel of this checkout (its dependencies from the running interpreter's
-    site-packages: --system-site-packages; mtft itself only from the wheel)."""
+    site-packages: --system-site-packages; mtft itself only from the wheel, built from a copy of the sources)."""
     root = tmp_path_factory.mktemp("installed")
-    wheels = root / "wheels"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels), str(REPO)],
-        check=True,
-        capture_output=True,
-    )
+    wheel = build_wheel(root)
     env = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(env)], check=True)
-    wheel = next(wheels.glob("mtft-*.whl"))
     subprocess.run([str(env / "bin" / "pip"), "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True)
     return env
 

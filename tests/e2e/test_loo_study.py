@@ -17,6 +17,7 @@ import yaml
 from mtft.training.restore import load_run
 from tests.helpers.launch import REPO, launch_cli
 from tests.helpers.plugin_kind import write_kind_task
+from tests.helpers.study import study_failure
 
 pytestmark = pytest.mark.timeout(600)
 CELLS = {"full": "encoder weights + task heads", "head": "task heads"}
@@ -54,7 +55,7 @@ def run_loo_study(tmp_path: Path, steps: int, overrides: dict, **study: object):
     # the study and its runs forked from the warm Python (a study launched cold starts its runs cold too); its 2
     # workers wait for the other multi-process launches
     done = launch_cli("study", "--config", str(path), processes=2, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, study_failure(done, out)
     return out, done
 
 

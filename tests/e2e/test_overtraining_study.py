@@ -14,6 +14,7 @@ import yaml
 
 from tests.helpers.launch import REPO, launch_cli
 from tests.helpers.runs import read_jsonl
+from tests.helpers.study import study_failure
 
 BUDGETS = [1024, 4096]  # 2 and 8 steps of 16 x 32 tokens
 LRS = [1.0e-3, 3.0e-3]
@@ -53,7 +54,7 @@ def finished(tmp_path_factory) -> Path:
         HF_HUB_OFFLINE="1",
         HF_DATASETS_OFFLINE="1",
     )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.returncode == 0, study_failure(done, folder / "study")
     return folder / "study"
 
 

@@ -23,6 +23,7 @@ from scipy import stats
 
 from mtft.core.runlock import lock_path
 from tests.helpers.launch import MULTIPROCESS, REPO, THREADS, WARM, clean_env, kill_tree, launch_cli
+from tests.helpers.study import study_failure
 
 STUDY = "configs/studies/tiny.yaml"
 CELLS = ["lr-0.001_method-mean", "lr-0.001_method-lfmlf", "lr-0.003_method-mean", "lr-0.003_method-lfmlf"]
@@ -79,7 +80,7 @@ def signalled_study(out: Path, *args: str, **streams) -> subprocess.Popen:
 def finished(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("study") / "tiny"
     done = study(out)
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode == 0, study_failure(done, out)
     return out
 
 
@@ -147,7 +148,7 @@ def test_sigkilled_study_resumes_to_the_uninterrupted_result(finished, tmp_path)
     finished_before = {p.parent: p.stat().st_mtime_ns for p in out.glob("runs/*/seed-*/metrics.json")}
     assert 0 < len(finished_before) < 4
     again = study(out, "seeds=[0]")
-    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.returncode == 0, study_failure(again, out)
     assert f"{len(finished_before)} finished" in again.stdout
     for run_dir, mtime in finished_before.items():  # not re-run
         assert (run_dir / "metrics.json").stat().st_mtime_ns == mtime
@@ -223,7 +224,7 @@ def test_submitit_executor_runs_a_two_process_job(tmp_path):
         "seeds=[0]",
         "baseline=null",
     )
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode == 0, study_failure(done, out)
     log = (out / "logs" / "method-lfmlf" / "seed-0.log").read_text()
     assert "on 2 process(es)" in log
     assert (out / "runs" / "method-lfmlf" / "seed-0" / "metrics.json").is_file()

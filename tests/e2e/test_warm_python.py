@@ -159,3 +159,17 @@ def test_a_dead_reaper_is_one_error_naming_the_run(tmp_path):
     assert command_line({"module": "torch.distributed.run", "argv": ["--nproc-per-node", 2]}) == (
         "-m torch.distributed.run --nproc-per-node 2"
     )
+
+
+def test_no_helper_module_stands_for_a_library(tmp_path):
+    """The warm server runs as a script from tests/helpers/, which is then the first entry of its path: a helper
+    named as a library (a ``packaging.py``) would be imported for it, by transformers, in every warm launch."""
+    names = sorted(p.stem for p in (REPO / "tests" / "helpers").glob("*.py") if p.stem != "__init__")
+    program = (
+        "import importlib.util, json, sys; print(json.dumps([n for n in sys.argv[1:] if importlib.util.find_spec(n)]))"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", program, *names], cwd=tmp_path, env=clean_env(), capture_output=True, text=True
+    )
+    assert found.returncode == 0, found.stderr[-2000:]
+    assert json.loads(found.stdout) == []

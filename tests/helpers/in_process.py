@@ -5,9 +5,10 @@ A run is a call of ``mtft.cli.entry_point`` with what a fresh process would have
 environment, ``sys.argv``, the working directory, torch's threads, the interpreter's warning filters, the console
 streams (captured, and returned as a ``CompletedProcess``'s), and the exit status that ``sys.exit`` would have
 ended the process with. What a run leaves in the process is taken back after it, so that the next test starts from
-the same state: the environment and the rest above, the SIGINT/SIGTERM handlers, the ``mtft`` logger's handlers,
-and the one-process group a run sets up (``mtft.core.distributed.init_distributed``) -- the forked gloo ranks of
-:func:`~tests.helpers.launch.run_ranks` refuse a test process that has one.
+the same state: the environment and the rest above, the SIGINT/SIGTERM handlers, the ``mtft`` logger's handlers, the
+W&B service a run's tracker starts, and the one-process group a run sets up (``mtft.core.distributed.
+init_distributed``) -- the forked gloo ranks of :func:`~tests.helpers.launch.run_ranks` refuse a test process that
+has one.
 
 What stays is what a library is allowed to keep in memory: imported modules, caches of pure functions, DeepSpeed's
 accelerator. A test where the process itself is the point (signals, exit by a signal, several processes, a
@@ -93,6 +94,7 @@ def _as_a_fresh_process(argv: list[str], env: dict[str, str], threads: int, cwd:
             yield
     finally:
         _end_process_group()
+        _end_wandb_service()
         for handler in [h for h in mtft_log.handlers if h not in saved_handlers]:
             mtft_log.removeHandler(handler)
             handler.close()
@@ -166,6 +168,15 @@ def _end_process_group() -> None:
             setattr(groups, name, None)
         elif isinstance(value, dict) and any(isinstance(group, dist.ProcessGroup) for group in value.values()):
             value.clear()
+
+
+def _end_wandb_service() -> None:
+    """Stop the W&B service a run with ``logging.report_to: wandb`` started (with the environment the run had: its
+    ``WANDB_MODE``). A process ends with it; in the test process it would outlive the run to the worker's exit, where
+    its ``atexit`` teardown finds the service gone and prints a traceback into the suite's output."""
+    wandb = sys.modules.get("wandb")
+    if wandb is not None:
+        wandb.teardown()
 
 
 @contextlib.contextmanager

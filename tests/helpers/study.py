@@ -1,7 +1,10 @@
-"""Study files and their plans for the study tests, and a complete 2 × 2 grid of run records with random metrics."""
+"""Study files and their plans for the study tests, why a launched study's runs failed, and a complete 2 × 2 grid of
+run records with random metrics."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +28,22 @@ def write_study(tmp_path: Path, **fields) -> Path:
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump(study, sort_keys=False), encoding="utf-8")
     return path
+
+
+def study_failure(done: subprocess.CompletedProcess, out: Path, lines: int = 25) -> str:
+    """What a failed study's assertion should show: its own ``[mtft]`` lines (its stderr is mostly progress bars)
+    and, for each run its status records as failed, the error line and the last ``lines`` lines of the run's log --
+    the cause of a failure seen once in CI, not only that a run failed."""
+    said = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith(("[mtft]", "error"))]
+    parts = ["\n".join(said[-20:])]
+    for status in sorted((out / "status").glob("**/*.json")):
+        record = json.loads(status.read_text(encoding="utf-8"))
+        if record.get("status") != "failed":
+            continue
+        log = out / "logs" / status.relative_to(out / "status").with_suffix(".log")
+        tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:] if log.is_file() else []
+        parts.append(f"--- {status.relative_to(out)}: {record.get('error')}\n" + "\n".join(tail))
+    return "\n".join(parts)
 
 
 def plan(path: Path, *overrides: str):

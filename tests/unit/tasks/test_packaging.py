@@ -1,7 +1,6 @@
 """A wheel carries the built-in tasks: ``pip install .`` (not editable) must find XNLI without a checkout.
 
-The wheel is built from a copy of the sources (setup.cfg, pyproject.toml, README, mtft/, tasks/), so that the
-build neither writes into the working tree nor packs stale files of an earlier ``build/`` folder.
+The wheel is built from a copy of the sources (tests/helpers/checkout_wheel.py).
 """
 
 from __future__ import annotations
@@ -9,7 +8,6 @@ from __future__ import annotations
 import configparser
 import json
 import os
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -17,41 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.checkout_wheel import build_wheel
 from tests.helpers.launch import REPO
-
-SOURCES = ("setup.cfg", "pyproject.toml", "README.md", "mtft", "tasks")
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    source = tmp_path_factory.mktemp("source")
-    for name in SOURCES:
-        if (REPO / name).is_dir():
-            shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-        else:
-            shutil.copy2(REPO / name, source / name)
-    out = tmp_path_factory.mktemp("wheel")
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "--no-index",
-            "-q",
-            "-w",
-            str(out),
-            str(source),
-        ],
-        cwd=out,
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    (built,) = out.glob("mtft-*.whl")
-    return built
+    return build_wheel(tmp_path_factory.mktemp("build"))
 
 
 def test_setup_cfg_lists_every_package():
