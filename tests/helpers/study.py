@@ -3,7 +3,6 @@ run records with random metrics."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import yaml
 from mtft.study.aggregate import run_record
 from mtft.study.plan import plan_runs
 from mtft.study.spec import load_study
+from mtft.study.state import read_status
 from tests.helpers.launch import REPO
 
 
@@ -37,7 +37,7 @@ def study_failure(done: subprocess.CompletedProcess, out: Path, lines: int = 25)
     said = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith(("[mtft]", "error"))]
     parts = ["\n".join(said[-20:])]
     for status in sorted((out / "status").glob("**/*.json")):
-        record = json.loads(status.read_text(encoding="utf-8"))
+        record = read_status(status)  # the study's own reader: a damaged file is {}, not an error of this helper
         if record.get("status") != "failed":
             continue
         log = out / "logs" / status.relative_to(out / "status").with_suffix(".log")
